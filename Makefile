@@ -1,0 +1,26 @@
+# kvreshard: the two commands of a fresh machine are `go run ./cmd/kvreshard demo` and `make test`.
+GO ?= go
+FUZZTIME ?= 30s
+
+.PHONY: test generate check-generated fuzz bench vet fmt
+
+test: vet
+	$(GO) test -race -count=1 ./...
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)
+	$(GO) vet ./...
+
+generate:
+	$(GO) generate ./...
+
+check-generated:
+	$(GO) run ./cmd/kvlc -check -o layouts/builtin_kvl.go -pkg layouts layouts/builtin.kvl
+	$(GO) run ./cmd/kvlc -check -o examples/customlayout/custom_kvl.go -pkg customlayout examples/customlayout/custom.kvl
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./dsl
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./runtime/manifest
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...

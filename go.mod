@@ -1,0 +1,10 @@
+module github.com/kvreshard/kvreshard
+
+go 1.26
+
+require (
+	github.com/alecthomas/participle/v2 v2.1.4
+	github.com/dave/jennifer v1.7.1
+	github.com/stretchr/testify v1.12.1
+	golang.org/x/tools v0.52.0
+)

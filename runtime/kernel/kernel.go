@@ -1,0 +1,153 @@
+// Package kernel is what generated layout kernels plug into: the problem a
+// kernel solves, the runs it emits, the registry that init functions fill,
+// the version guard, and the generic interpreter that runs any layout pair
+// straight from the compiler's IR.
+//
+// A kernel moves the elements that two buffers have in common: every
+// component, every common layer, every common KV head, every token of the
+// page and every element of the head. The source and the destination each
+// have their own layout (an order of axes), their own layer list and head
+// interval, and their own region structure.
+package kernel
+
+import "fmt"
+
+// GenVersion is the version of the generated code this runtime supports.
+// Generated files carry
+//
+//	const _ = kernel.EnforceVersion(kernel.GenVersion - N)
+//	const _ = kernel.EnforceVersion(N - kernel.MinGenVersion)
+//
+// so that a file generated for another runtime fails to compile.
+const (
+	GenVersion    = 1
+	MinGenVersion = 1
+)
+
+// EnforceVersion is a type whose conversion of a negative constant fails to
+// compile; generated code uses it as its version guard.
+type EnforceVersion uint
+
+// Run is one contiguous byte range moved from a source region to a
+// destination region. A store part is always region 0 of its side.
+type Run struct {
+	SrcRegion int32
+	DstRegion int32
+	Src       int // offset in the source region
+	Dst       int // offset in the destination region
+	Len       int // bytes
+}
+
+// End returns the offset one past the last destination byte.
+func (r Run) End() int { return r.Dst + r.Len }
+
+// Side is the geometry of one buffer of a transfer.
+type Side struct {
+	Layers int // L extent: how many layers this buffer holds
+	Heads  int // H extent: how many KV heads this buffer holds
+	Slots  int // S extent: pool pages; ignored by part layouts
+	// Packed places the components of a layout whose outermost axis is C one
+	// after another in region 0 (a store part: K region then V region).
+	// Unpacked, component c lives alone in region c (SGLang's separate K and
+	// V buffers). Layouts whose outermost axis is not C always use region 0.
+	Packed bool
+}
+
+// LayerPair maps one common layer to its index on each side.
+type LayerPair struct {
+	Src, Dst int32
+}
+
+// Problem is everything a kernel needs to move one page between two buffers.
+// Offsets are relative to slot 0 of a pool; callers add the slot's offset.
+type Problem struct {
+	ItemSize int   // bytes per element
+	PageSize int   // T extent: tokens per page
+	Dims     []int // head dim (elements) of each component, K then V
+	Src, Dst Side
+	// Layers lists the common layers in ascending order of both sides'
+	// indices (both layer lists are sorted by global layer id).
+	Layers []LayerPair
+	// Heads common heads start at SrcHead on the source and DstHead on the
+	// destination.
+	SrcHead, DstHead, Heads int
+}
+
+// RangeFunc appends to runs the byte runs of p, merging runs that are
+// contiguous on both sides, and returns the extended slice.
+type RangeFunc func(p *Problem, runs []Run) []Run
+
+// CopyFunc moves the bytes of p from the source regions to the destination
+// regions. Region slices are indexed from the region start (slot 0).
+type CopyFunc func(p *Problem, dst, src [][]byte)
+
+// Pair names a (source layout, destination layout) pair by the layouts'
+// canonical identities, for example "part(C T L H D)".
+type Pair struct {
+	Src, Dst string
+}
+
+func (p Pair) String() string { return p.Src + " -> " + p.Dst }
+
+// Kernels is what a generated file registers for one layout pair.
+type Kernels struct {
+	Pair   Pair
+	Range  RangeFunc
+	Copy   CopyFunc
+	Digest string // digest of the lowered pair the kernels were generated from
+	Origin string // the .kvl file and layout names, for conflict messages
+}
+
+var registry = map[Pair]*Kernels{}
+
+// Register adds generated kernels. Registering the same pair again with the
+// same digest is a no-op; with another digest it is an error naming both.
+// It is called from init functions, which panic on the error.
+func Register(k *Kernels) error {
+	if old, ok := registry[k.Pair]; ok {
+		if old.Digest == k.Digest {
+			return nil
+		}
+		return fmt.Errorf("kernel: conflicting kernels for %s: %s (digest %s) and %s (digest %s)",
+			k.Pair, old.Origin, old.Digest, k.Origin, k.Digest)
+	}
+	registry[k.Pair] = k
+	return nil
+}
+
+// MustRegister is Register for init functions.
+func MustRegister(k *Kernels) {
+	if err := Register(k); err != nil {
+		panic(err)
+	}
+}
+
+// Lookup returns the generated kernels for a pair, or nil.
+func Lookup(p Pair) *Kernels { return registry[p] }
+
+// Registered returns the number of registered pairs.
+func Registered() int { return len(registry) }
+
+// Emit appends run r to runs, extending the last run instead when r
+// continues it on both sides.
+func Emit(runs []Run, r Run) []Run {
+	if n := len(runs); n > 0 {
+		l := &runs[n-1]
+		if l.Src+l.Len == r.Src && l.Dst+l.Len == r.Dst && l.SrcRegion == r.SrcRegion && l.DstRegion == r.DstRegion {
+			l.Len += r.Len
+			return runs
+		}
+	}
+	return append(runs, r)
+}
+
+// ConsecutiveLayers reports whether the common layers are consecutive on both
+// sides, so that a layer loop can fold into the run inside it.
+func ConsecutiveLayers(ls []LayerPair) bool {
+	for i := 1; i < len(ls); i++ {
+		if ls[i].Src != ls[i-1].Src+1 || ls[i].Dst != ls[i-1].Dst+1 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,170 @@
+// Package store defines the multipart object store that kvreshard keeps KV
+// pages in, and opens backends by URL.
+//
+// An object is one logical KV page. It has a fixed number of parts; each
+// writer rank writes its own part, with a reference to the manifest that
+// describes the layout of all parts. The first writer of an object fixes its
+// manifest and part count. An object is visible (complete) only when every
+// part is written; a complete object is immutable and wins over any later
+// writer. Manifests are kept as immutable, pinned metadata objects.
+//
+// The interface stays close to what a Mooncake Store adapter needs: batched
+// put-from fragments, batched existence and metadata queries, pinned metadata,
+// and batched byte-range reads straight into caller buffers.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Errors that callers test with errors.Is.
+var (
+	// ErrComplete: the object is already complete; nothing was written.
+	ErrComplete = errors.New("object already complete")
+	// ErrLayoutConflict: the incomplete object was claimed with another
+	// manifest or part count; nothing was written.
+	ErrLayoutConflict = errors.New("object is being written with another layout")
+	// ErrNotFound: no such object, part or metadata object.
+	ErrNotFound = errors.New("not found")
+	// ErrMetaConflict: a metadata object exists with other content.
+	ErrMetaConflict = errors.New("metadata object exists with other content")
+)
+
+// PartWrite writes part Part of object Key. Data holds the part's bytes as
+// fragments, concatenated in order.
+type PartWrite struct {
+	Key      string
+	Part     int
+	Parts    int    // part count of the object
+	Manifest string // manifest key
+	Data     [][]byte
+}
+
+// Size returns the part's length in bytes.
+func (w *PartWrite) Size() int {
+	n := 0
+	for _, f := range w.Data {
+		n += len(f)
+	}
+	return n
+}
+
+// Object is what a query returns for one key.
+type Object struct {
+	Complete  bool   // all parts written; false also for a missing object
+	Manifest  string // manifest key (set when Complete)
+	PartSizes []int  // size of each part (set when Complete)
+}
+
+// Range reads len(Dst[0])+len(Dst[1])+... bytes at offset Off of part Part of
+// object Key, delivering them to the segments of Dst in order (a scatter
+// list; one segment for a plain read).
+type Range struct {
+	Key  string
+	Part int
+	Off  int
+	Dst  [][]byte
+}
+
+// Len returns the number of bytes the range reads.
+func (r *Range) Len() int {
+	n := 0
+	for _, d := range r.Dst {
+		n += len(d)
+	}
+	return n
+}
+
+// Store is a multipart object store. Implementations are safe for
+// concurrent use.
+type Store interface {
+	// WriteParts writes parts and returns one error per write: nil,
+	// ErrComplete, ErrLayoutConflict, or another error. A failed write
+	// leaves nothing that reads as written.
+	WriteParts(ctx context.Context, ws []PartWrite) []error
+	// Query returns the state of each key; only complete objects report
+	// Complete.
+	Query(ctx context.Context, keys []string) ([]Object, error)
+	// PutMeta stores an immutable, pinned metadata object. Storing the same
+	// bytes again is a no-op; other bytes give ErrMetaConflict.
+	PutMeta(ctx context.Context, key string, val []byte) error
+	// GetMeta returns a metadata object, or ErrNotFound.
+	GetMeta(ctx context.Context, key string) ([]byte, error)
+	// ReadRanges performs the reads in order and returns how many leading
+	// ranges were read in full. When n < len(rs), err says why.
+	ReadRanges(ctx context.Context, rs []Range) (n int, err error)
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Opener opens a store from a parsed URL.
+type Opener func(ctx context.Context, u *url.URL) (Store, error)
+
+var (
+	mu      sync.Mutex
+	openers = map[string]Opener{}
+)
+
+// Register makes a backend available to Open under a URL scheme. Backends
+// call it from init.
+func Register(scheme string, open Opener) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := openers[scheme]; dup {
+		panic("store: scheme registered twice: " + scheme)
+	}
+	openers[scheme] = open
+}
+
+// Schemes lists the registered URL schemes.
+func Schemes() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	var s []string
+	for k := range openers {
+		s = append(s, k+"://")
+	}
+	sort.Strings(s)
+	return s
+}
+
+// URLError is a malformed or unsupported store URL.
+type URLError struct {
+	URL    string
+	Reason string
+}
+
+func (e *URLError) Error() string { return fmt.Sprintf("store URL %q: %s", e.URL, e.Reason) }
+
+// Open opens the store named by a URL such as mem://, file:///var/kv or
+// redis://127.0.0.1:6379. A malformed URL gives a *URLError.
+func Open(ctx context.Context, rawURL string) (Store, error) {
+	if !strings.Contains(rawURL, "://") {
+		return nil, &URLError{rawURL, "missing scheme; use one of " + strings.Join(Schemes(), ", ")}
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, &URLError{rawURL, "cannot parse: " + unwrapURLError(err)}
+	}
+	mu.Lock()
+	open := openers[u.Scheme]
+	mu.Unlock()
+	if open == nil {
+		return nil, &URLError{rawURL, fmt.Sprintf("unknown scheme %q; use one of %s", u.Scheme, strings.Join(Schemes(), ", "))}
+	}
+	return open(ctx, u)
+}
+
+func unwrapURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
