@@ -81,12 +81,33 @@ func (r *Range) Len() int {
 	return n
 }
 
+// RangeError is the error ReadRanges gives for a range it cannot read. Err
+// is ErrNotFound when the object is missing or incomplete or has no such
+// part, or a reason such as "negative offset" or "past the end of the part
+// (128 bytes)". Its text reads like
+//
+//	read kv_x part 1 [100,164): past the end of the part (128 bytes)
+type RangeError struct {
+	Key      string
+	Part     int
+	Off, Len int
+	Err      error
+}
+
+func (e *RangeError) Error() string {
+	return fmt.Sprintf("read %s part %d [%d,%d): %v", e.Key, e.Part, e.Off, e.Off+e.Len, e.Err)
+}
+
+func (e *RangeError) Unwrap() error { return e.Err }
+
 // Store is a multipart object store. Implementations are safe for
 // concurrent use.
 type Store interface {
-	// WriteParts writes parts and returns one error per write: nil,
-	// ErrComplete, ErrLayoutConflict, or another error. A failed write
-	// leaves nothing that reads as written.
+	// WriteParts writes parts, in order, and returns one error per write:
+	// nil, ErrComplete, ErrLayoutConflict, or another error. A failed write
+	// leaves nothing that reads as written. Writing a part of an incomplete
+	// object again with the same layout is a retry and succeeds; a retry
+	// carries the same bytes, and a backend may keep either copy.
 	WriteParts(ctx context.Context, ws []PartWrite) []error
 	// Query returns the state of each key; only complete objects report
 	// Complete.
@@ -97,7 +118,9 @@ type Store interface {
 	// GetMeta returns a metadata object, or ErrNotFound.
 	GetMeta(ctx context.Context, key string) ([]byte, error)
 	// ReadRanges performs the reads in order and returns how many leading
-	// ranges were read in full. When n < len(rs), err says why.
+	// ranges were read in full. When n < len(rs), err says why: ctx.Err(),
+	// a *RangeError for range n, or another error. Only complete objects
+	// are read.
 	ReadRanges(ctx context.Context, rs []Range) (n int, err error)
 	// Close releases the store's resources.
 	Close() error
