@@ -1,10 +1,11 @@
 module github.com/kvreshard/kvreshard
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/alecthomas/participle/v2 v2.1.4
 	github.com/dave/jennifer v1.7.1
 	github.com/stretchr/testify v1.12.1
-	golang.org/x/tools v0.52.0
 )
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
