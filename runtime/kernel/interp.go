@@ -1,0 +1,168 @@
+package kernel
+
+import (
+	"github.com/kvreshard/kvreshard/compiler"
+)
+
+// Interpreter runs a lowered pair straight from the IR. It is the oracle of
+// the generated kernels and the fallback for layouts a binary did not
+// compile. It produces exactly the runs of the generated range kernel.
+type Interpreter struct {
+	IR *compiler.Pair
+}
+
+// Kernels returns interpreter-backed kernels for the pair.
+func (in Interpreter) Kernels() *Kernels {
+	return &Kernels{
+		Pair:   Pair{Src: in.IR.Src.Identity(), Dst: in.IR.Dst.Identity()},
+		Range:  in.Range,
+		Copy:   in.Copy,
+		Digest: in.IR.Digest(),
+		Origin: "interpreter",
+	}
+}
+
+// walker is the state of one interpreted problem.
+type walker struct {
+	ir    *compiler.Pair
+	p     *Problem
+	loops []compiler.Loop
+	// per component: loop counts, strides per loop and side, run bytes,
+	// component offset and region per side
+	comps []compTables
+	emit  func(Run)
+}
+
+type compTables struct {
+	counts  []int
+	strides [][2]int
+	run     int
+	fold    [2]int // offset of the statically folded loops' first index
+	off     [2]int
+	region  [2]int32
+}
+
+func newWalker(ir *compiler.Pair, p *Problem, emit func(Run)) *walker {
+	w := &walker{ir: ir, p: p, loops: ir.LiveLoops(), emit: emit}
+	var env compiler.Env
+	env[compiler.SymItem] = p.ItemSize
+	env[compiler.SymPage] = p.PageSize
+	env[compiler.SymComps] = len(p.Dims)
+	env[compiler.SymSrcLayers] = p.Src.Layers
+	env[compiler.SymDstLayers] = p.Dst.Layers
+	env[compiler.SymSrcHeads] = p.Src.Heads
+	env[compiler.SymDstHeads] = p.Dst.Heads
+	env[compiler.SymSrcSlots] = p.Src.Slots
+	env[compiler.SymDstSlots] = p.Dst.Slots
+	env[compiler.SymCommonLayers] = len(p.Layers)
+	env[compiler.SymCommonHeads] = p.Heads
+	fullLayers := len(p.Layers) == p.Src.Layers && len(p.Layers) == p.Dst.Layers
+	fullHeads := p.Heads == p.Src.Heads && p.Heads == p.Dst.Heads
+	consecutive := ConsecutiveLayers(p.Layers)
+	sides := [2]Side{p.Src, p.Dst}
+	var packedBase [2]int
+	w.comps = make([]compTables, len(p.Dims))
+	for c, dim := range p.Dims {
+		env[compiler.SymDim] = dim
+		t := &w.comps[c]
+		t.run = ir.Run.Eval(&env)
+		t.counts = make([]int, len(w.loops))
+		t.strides = make([][2]int, len(w.loops))
+		for i, lp := range w.loops {
+			t.counts[i] = lp.Extent.Eval(&env)
+			for s := range 2 {
+				if !lp.CBlock[s] {
+					t.strides[i][s] = lp.Stride[s].Eval(&env)
+				}
+			}
+		}
+		// A statically folded loop starts at index 0, except H, which starts
+		// at the first common head.
+		for _, lp := range ir.Loops[len(w.loops):] {
+			if lp.Mode.Axis == compiler.H {
+				t.fold[0] += p.SrcHead * lp.Stride[0].Eval(&env)
+				t.fold[1] += p.DstHead * lp.Stride[1].Eval(&env)
+			}
+		}
+		folding := true
+		for i := len(w.loops) - 1; i >= 0 && folding; i-- {
+			f := w.loops[i].Fold
+			folding = f.Kind == compiler.Runtime &&
+				(!f.FullLayers || fullLayers) && (!f.FullHeads || fullHeads) && (!f.Consecutive || consecutive)
+			if folding {
+				t.run *= t.counts[i]
+				t.counts[i] = 1
+			}
+		}
+		for s := range 2 {
+			l := w.ir.Src
+			if s == 1 {
+				l = w.ir.Dst
+			}
+			if !l.COuter() {
+				continue
+			}
+			if sides[s].Packed {
+				t.off[s] = packedBase[s]
+				packedBase[s] += ir.CompSize[s].Eval(&env)
+			} else {
+				t.region[s] = int32(c)
+			}
+		}
+	}
+	return w
+}
+
+func (w *walker) walk(level, c, so, do int, sr, dr int32) {
+	if level == len(w.loops) {
+		t := &w.comps[c]
+		w.emit(Run{SrcRegion: sr, DstRegion: dr, Src: so + t.fold[0], Dst: do + t.fold[1], Len: t.run})
+		return
+	}
+	lp := &w.loops[level]
+	t := &w.comps[c]
+	n := t.counts[level]
+	st := t.strides[level]
+	for i := 0; i < n; i++ {
+		switch lp.Mode.Axis {
+		case compiler.C:
+			ct := &w.comps[i]
+			s, d, r0, r1 := so+i*st[0], do+i*st[1], sr, dr
+			if lp.CBlock[0] {
+				s, r0 = so+ct.off[0], ct.region[0]
+			}
+			if lp.CBlock[1] {
+				d, r1 = do+ct.off[1], ct.region[1]
+			}
+			w.walk(level+1, i, s, d, r0, r1)
+		case compiler.L:
+			lpair := w.p.Layers[i]
+			w.walk(level+1, c, so+int(lpair.Src)*st[0], do+int(lpair.Dst)*st[1], sr, dr)
+		case compiler.H:
+			w.walk(level+1, c, so+(w.p.SrcHead+i)*st[0], do+(w.p.DstHead+i)*st[1], sr, dr)
+		default:
+			w.walk(level+1, c, so+i*st[0], do+i*st[1], sr, dr)
+		}
+	}
+}
+
+// start runs the walk over the live loops.
+func (w *walker) start() {
+	if len(w.p.Layers) == 0 || w.p.Heads == 0 || len(w.p.Dims) == 0 {
+		return
+	}
+	w.walk(0, 0, 0, 0, 0, 0)
+}
+
+// Range appends the runs of p, merged as the generated kernels merge them.
+func (in Interpreter) Range(p *Problem, runs []Run) []Run {
+	newWalker(in.IR, p, func(r Run) { runs = Emit(runs, r) }).start()
+	return runs
+}
+
+// Copy moves the bytes of p between local buffers.
+func (in Interpreter) Copy(p *Problem, dst, src [][]byte) {
+	newWalker(in.IR, p, func(r Run) {
+		copy(dst[r.DstRegion][r.Dst:r.Dst+r.Len], src[r.SrcRegion][r.Src:r.Src+r.Len])
+	}).start()
+}

@@ -1,0 +1,198 @@
+// Package kerneltest is an independent model of the layouts for tests: it
+// places every element by evaluating a layout's order directly, one element
+// at a time, with no loop nest, folding or merging. Kernels and the
+// interpreter must agree with it byte for byte.
+package kerneltest
+
+import (
+	"fmt"
+
+	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
+)
+
+// Buffer is one side of a transfer as the naive model sees it.
+type Buffer struct {
+	Layout    *compiler.Layout
+	Layers    []int // global layer ids, ascending
+	HeadStart int
+	Heads     int
+	Slots     int // pool pages (pools only)
+	Slot      int // the page's slot (pools only)
+	Packed    bool
+}
+
+// Geometry is what both sides share.
+type Geometry struct {
+	ItemSize int
+	PageSize int
+	Dims     []int
+}
+
+func (g *Geometry) extent(b *Buffer, m compiler.Mode, c int) int {
+	var n int
+	switch m.Axis {
+	case compiler.C:
+		return len(g.Dims)
+	case compiler.S:
+		return b.Slots
+	case compiler.L:
+		return len(b.Layers)
+	case compiler.H:
+		return b.Heads
+	case compiler.T:
+		n = g.PageSize
+	case compiler.D:
+		n = g.Dims[c]
+	}
+	switch m.Split {
+	case compiler.Outer:
+		return n / m.Factor
+	case compiler.Inner:
+		return m.Factor
+	}
+	return n
+}
+
+// Offset places element (c, layer index, head index, token, d) of b.
+func (g *Geometry) Offset(b *Buffer, c, li, hi, t, d int) (region int, off int) {
+	modes := b.Layout.Modes
+	cOuter := b.Layout.COuter()
+	if cOuter {
+		modes = modes[1:]
+	}
+	for _, m := range modes {
+		var idx int
+		switch m.Axis {
+		case compiler.C:
+			idx = c
+		case compiler.S:
+			idx = b.Slot
+		case compiler.L:
+			idx = li
+		case compiler.H:
+			idx = hi
+		case compiler.T:
+			idx = t
+		case compiler.D:
+			idx = d
+		}
+		switch m.Split {
+		case compiler.Outer:
+			idx /= m.Factor
+		case compiler.Inner:
+			idx %= m.Factor
+		}
+		off = off*g.extent(b, m, c) + idx
+	}
+	off *= g.ItemSize
+	if cOuter {
+		if !b.Packed {
+			return c, off
+		}
+		for c2 := 0; c2 < c; c2++ {
+			off += g.CompBytes(b, c2)
+		}
+	}
+	return 0, off
+}
+
+// CompBytes is the size of component c's block in b (all of b for a layout
+// whose outermost axis is not C).
+func (g *Geometry) CompBytes(b *Buffer, c int) int {
+	n := g.ItemSize
+	for _, m := range b.Layout.Modes {
+		if m.Axis == compiler.C && b.Layout.COuter() {
+			continue
+		}
+		n *= g.extent(b, m, c)
+	}
+	return n
+}
+
+// Regions returns the size of each region of b.
+func (g *Geometry) Regions(b *Buffer) []int {
+	if !b.Layout.COuter() {
+		return []int{g.CompBytes(b, 0)}
+	}
+	if b.Packed {
+		n := 0
+		for c := range g.Dims {
+			n += g.CompBytes(b, c)
+		}
+		return []int{n}
+	}
+	r := make([]int, len(g.Dims))
+	for c := range g.Dims {
+		r[c] = g.CompBytes(b, c)
+	}
+	return r
+}
+
+// Copy moves every common element from src to dst one element at a time,
+// and fails if any destination byte would be written twice.
+func (g *Geometry) Copy(dst, src *Buffer, dstBufs, srcBufs [][]byte) (moved int, err error) {
+	written := make([][]bool, len(dstBufs))
+	for i := range written {
+		written[i] = make([]bool, len(dstBufs[i]))
+	}
+	for c := range g.Dims {
+		for si, layer := range src.Layers {
+			di := indexOf(dst.Layers, layer)
+			if di < 0 {
+				continue
+			}
+			for h := max(src.HeadStart, dst.HeadStart); h < min(src.HeadStart+src.Heads, dst.HeadStart+dst.Heads); h++ {
+				for t := 0; t < g.PageSize; t++ {
+					for d := 0; d < g.Dims[c]; d++ {
+						sr, so := g.Offset(src, c, si, h-src.HeadStart, t, d)
+						dr, do := g.Offset(dst, c, di, h-dst.HeadStart, t, d)
+						for k := 0; k < g.ItemSize; k++ {
+							if written[dr][do+k] {
+								return moved, fmt.Errorf("destination byte %d of region %d written twice", do+k, dr)
+							}
+							written[dr][do+k] = true
+						}
+						copy(dstBufs[dr][do:do+g.ItemSize], srcBufs[sr][so:so+g.ItemSize])
+						moved += g.ItemSize
+					}
+				}
+			}
+		}
+	}
+	return moved, nil
+}
+
+// Problem builds the kernel problem for the common elements of src and dst,
+// with runs relative to slot 0.
+func (g *Geometry) Problem(src, dst *Buffer) *kernel.Problem {
+	p := &kernel.Problem{
+		ItemSize: g.ItemSize,
+		PageSize: g.PageSize,
+		Dims:     g.Dims,
+		Src:      kernel.Side{Layers: len(src.Layers), Heads: src.Heads, Slots: max(src.Slots, 1), Packed: src.Packed},
+		Dst:      kernel.Side{Layers: len(dst.Layers), Heads: dst.Heads, Slots: max(dst.Slots, 1), Packed: dst.Packed},
+	}
+	for si, layer := range src.Layers {
+		if di := indexOf(dst.Layers, layer); di >= 0 {
+			p.Layers = append(p.Layers, kernel.LayerPair{Src: int32(si), Dst: int32(di)})
+		}
+	}
+	h0 := max(src.HeadStart, dst.HeadStart)
+	h1 := min(src.HeadStart+src.Heads, dst.HeadStart+dst.Heads)
+	if h1 > h0 {
+		p.Heads = h1 - h0
+		p.SrcHead = h0 - src.HeadStart
+		p.DstHead = h0 - dst.HeadStart
+	}
+	return p
+}
+
+func indexOf(xs []int, x int) int {
+	for i, v := range xs {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,187 @@
+package kerneltest
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
+)
+
+// Case is one random transfer between two layouts.
+type Case struct {
+	Geometry
+	Src, Dst Buffer
+}
+
+func (c *Case) String() string {
+	return fmt.Sprintf("%s -> %s: item %d page %d dims %v; src layers %v heads [%d,+%d) slots %d/%d packed %v; dst layers %v heads [%d,+%d) slots %d/%d packed %v",
+		c.Src.Layout.Name, c.Dst.Layout.Name, c.ItemSize, c.PageSize, c.Dims,
+		c.Src.Layers, c.Src.HeadStart, c.Src.Heads, c.Src.Slot, c.Src.Slots, c.Src.Packed,
+		c.Dst.Layers, c.Dst.HeadStart, c.Dst.Heads, c.Dst.Slot, c.Dst.Slots, c.Dst.Packed)
+}
+
+// RandomCase draws a geometry for a transfer from src to dst: page sizes 1
+// to 128, layer subsets that need not be contiguous, head intervals at any
+// offset, odd head dims, item sizes 1, 2 and 4, and K and V head dims that
+// differ where both layouts have C outermost. Parts are packed (store
+// parts) unless they are the destination of a read, which may be either.
+func RandomCase(r *rand.Rand, src, dst *compiler.Layout) *Case {
+	c := &Case{}
+	c.ItemSize = []int{1, 2, 4}[r.IntN(3)]
+	c.PageSize = 1 + r.IntN(128)
+	if r.IntN(2) == 0 {
+		c.PageSize = 1 + r.IntN(16)
+	}
+	split := max(src.SplitOf(compiler.D), dst.SplitOf(compiler.D), 1)
+	tsplit := max(src.SplitOf(compiler.T), dst.SplitOf(compiler.T), 1)
+	c.PageSize = (c.PageSize + tsplit - 1) / tsplit * tsplit
+	nc := 2
+	if r.IntN(8) == 0 {
+		nc = 1 // an MLA latent
+	}
+	c.Dims = make([]int, nc)
+	c.Dims[0] = split * (1 + r.IntN(24/split+1))
+	for i := 1; i < nc; i++ {
+		c.Dims[i] = c.Dims[0]
+		if src.COuter() && dst.COuter() && r.IntN(2) == 0 {
+			c.Dims[i] = split * (1 + r.IntN(24/split+1))
+		}
+	}
+	layers := 1 + r.IntN(10)
+	heads := 1 + r.IntN(8)
+	c.Src = randomBuffer(r, src, layers, heads)
+	c.Dst = randomBuffer(r, dst, layers, heads)
+	c.Src.Packed = src.Kind == compiler.Part
+	c.Dst.Packed = dst.Kind == compiler.Part && (src.Kind == compiler.Pool || r.IntN(2) == 0)
+	// Make sure there is something in common most of the time.
+	if r.IntN(8) != 0 {
+		common := c.Src.Layers[r.IntN(len(c.Src.Layers))]
+		if indexOf(c.Dst.Layers, common) < 0 {
+			c.Dst.Layers = append(c.Dst.Layers, common)
+			sort.Ints(c.Dst.Layers)
+		}
+		if c.Dst.HeadStart >= c.Src.HeadStart+c.Src.Heads || c.Src.HeadStart >= c.Dst.HeadStart+c.Dst.Heads {
+			c.Dst.HeadStart, c.Dst.Heads = c.Src.HeadStart, 1+r.IntN(c.Src.Heads)
+		}
+	}
+	return c
+}
+
+func randomBuffer(r *rand.Rand, l *compiler.Layout, layers, heads int) Buffer {
+	b := Buffer{Layout: l, Slots: 1}
+	switch r.IntN(3) {
+	case 0: // all layers
+		for i := 0; i < layers; i++ {
+			b.Layers = append(b.Layers, i)
+		}
+	case 1: // a contiguous stage
+		lo := r.IntN(layers)
+		hi := lo + 1 + r.IntN(layers-lo)
+		for i := lo; i < hi; i++ {
+			b.Layers = append(b.Layers, i)
+		}
+	default: // any subset
+		for i := 0; i < layers; i++ {
+			if r.IntN(2) == 0 {
+				b.Layers = append(b.Layers, i)
+			}
+		}
+		if len(b.Layers) == 0 {
+			b.Layers = []int{r.IntN(layers)}
+		}
+	}
+	b.HeadStart = r.IntN(heads)
+	b.Heads = 1 + r.IntN(heads-b.HeadStart)
+	if l.Kind == compiler.Pool {
+		b.Slots = 1 + r.IntN(3)
+		b.Slot = r.IntN(b.Slots)
+	}
+	return b
+}
+
+// Buffers returns regions of src filled with random bytes and regions of dst
+// filled with a sentinel.
+func (c *Case) Buffers(r *rand.Rand) (src, dst [][]byte) {
+	for _, n := range c.Regions(&c.Src) {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		src = append(src, b)
+	}
+	return src, c.Blank()
+}
+
+// Blank returns destination regions filled with the sentinel 0xEE.
+func (c *Case) Blank() [][]byte {
+	var dst [][]byte
+	for _, n := range c.Regions(&c.Dst) {
+		dst = append(dst, bytes.Repeat([]byte{0xEE}, n))
+	}
+	return dst
+}
+
+// SlotOffsets returns, per region, what the slot of each side adds to every
+// offset of a run computed for slot 0.
+func (c *Case) SlotOffsets(b *Buffer) []int {
+	n := len(c.Regions(b))
+	out := make([]int, n)
+	if b.Layout.Kind != compiler.Pool || b.Slot == 0 {
+		return out
+	}
+	at0 := *b
+	at0.Slot = 0
+	for comp := range c.Dims {
+		r, off := c.Offset(b, comp, 0, 0, 0, 0)
+		_, off0 := c.Offset(&at0, comp, 0, 0, 0, 0)
+		out[r] = off - off0
+	}
+	return out
+}
+
+// Apply moves bytes along runs computed for slot 0, at the case's slots, and
+// fails on a run out of bounds or a destination byte written twice.
+func (c *Case) Apply(runs []kernel.Run, dst, src [][]byte) (moved int, err error) {
+	so, do := c.SlotOffsets(&c.Src), c.SlotOffsets(&c.Dst)
+	written := make([][]bool, len(dst))
+	for i := range dst {
+		written[i] = make([]bool, len(dst[i]))
+	}
+	for _, r := range runs {
+		s, d := r.Src+so[r.SrcRegion], r.Dst+do[r.DstRegion]
+		if r.Len <= 0 || s < 0 || d < 0 || s+r.Len > len(src[r.SrcRegion]) || d+r.Len > len(dst[r.DstRegion]) {
+			return moved, fmt.Errorf("run %+v out of bounds", r)
+		}
+		for k := d; k < d+r.Len; k++ {
+			if written[r.DstRegion][k] {
+				return moved, fmt.Errorf("run %+v writes byte %d twice", r, k)
+			}
+			written[r.DstRegion][k] = true
+		}
+		copy(dst[r.DstRegion][d:d+r.Len], src[r.SrcRegion][s:s+r.Len])
+		moved += r.Len
+	}
+	return moved, nil
+}
+
+// Naive moves the case's bytes one element at a time.
+func (c *Case) Naive(dst, src [][]byte) (int, error) {
+	return c.Copy(&c.Dst, &c.Src, dst, src)
+}
+
+// Problem is the kernel problem of the case.
+func (c *Case) Problem() *kernel.Problem { return c.Geometry.Problem(&c.Src, &c.Dst) }
+
+// Shift returns region slices that start at each side's slot, so that a
+// copy kernel, which works relative to slot 0, lands on the case's slot.
+func (c *Case) Shift(b *Buffer, regions [][]byte) [][]byte {
+	offs := c.SlotOffsets(b)
+	out := make([][]byte, len(regions))
+	for i := range regions {
+		out[i] = regions[i][offs[i]:]
+	}
+	return out
+}
