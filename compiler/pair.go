@@ -81,7 +81,7 @@ type Loop struct {
 // layout to a destination layout.
 type Pair struct {
 	Src, Dst *Layout
-	Iter     Side  // whose order the loops follow: the part side
+	Iter     Side   // whose order the loops follow: the part side
 	Loops    []Loop // outermost first; statically folded loops are last
 	Run      Expr   // bytes of the statically folded innermost run
 	// CompSize is the bytes of one component block on each side whose
