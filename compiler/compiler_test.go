@@ -1,0 +1,111 @@
+package compiler_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/dsl"
+)
+
+func mustLayout(t *testing.T, kind compiler.Kind, name, order string) *compiler.Layout {
+	t.Helper()
+	l, err := compiler.ParseLayout(kind, name, order)
+	require.NoError(t, err)
+	return l
+}
+
+func TestParseLayout(t *testing.T) {
+	l := mustLayout(t, compiler.Pool, "xpool", "C S L H D/8 T D%8")
+	require.Equal(t, "pool(C S L H D/8 T D%8)", l.Identity())
+	require.Equal(t, "pool xpool { order C S L H D/8 T D%8 }", l.String())
+	require.Equal(t, 8, l.SplitOf(compiler.D))
+	require.Equal(t, 0, l.SplitOf(compiler.T))
+	require.True(t, l.COuter())
+	require.False(t, mustLayout(t, compiler.Part, "flash", "L C T H D").COuter())
+
+	_, err := compiler.ParseLayout(compiler.Part, "bad", "C S T L H D")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "part layout bad has a slot axis S; only pool layouts have one")
+}
+
+// TestIdentityIgnoresNames: the identity, the key and the digest of a pair
+// depend on the orders, never on the names, so that two files declaring
+// the same layouts under other names register the same kernels.
+func TestIdentityIgnoresNames(t *testing.T) {
+	a, err := compiler.Lower(mustLayout(t, compiler.Part, "PLHD", "C T L H D"), mustLayout(t, compiler.Pool, "page_head", "C S H T L D"))
+	require.NoError(t, err)
+	b, err := compiler.Lower(mustLayout(t, compiler.Part, "mine", "C T L H D"), mustLayout(t, compiler.Pool, "theirs", "C S H T L D"))
+	require.NoError(t, err)
+	require.Equal(t, "part(C T L H D) -> pool(C S H T L D)", a.Key())
+	require.Equal(t, a.Key(), b.Key())
+	require.Equal(t, a.Digest(), b.Digest())
+	require.Len(t, a.Digest(), 16)
+
+	c, err := compiler.Lower(mustLayout(t, compiler.Part, "PLHD", "C T L H D"), mustLayout(t, compiler.Pool, "page_first", "C S T L H D"))
+	require.NoError(t, err)
+	require.NotEqual(t, a.Digest(), c.Digest())
+}
+
+func TestLowerErrors(t *testing.T) {
+	_, err := compiler.Lower(mustLayout(t, compiler.Pool, "a", "C S T L H D"), mustLayout(t, compiler.Pool, "b", "C S H T L D"))
+	require.EqualError(t, err, "no kernel from pool a to pool b: one side of a transfer is a store part")
+
+	_, err = compiler.Lower(mustLayout(t, compiler.Part, "x8", "C L H D/8 T D%8"), mustLayout(t, compiler.Part, "x4", "C L H D/4 T D%4"))
+	require.EqualError(t, err, "layouts x8 and x4 split D by different factors (8 and 4); no kernel joins them")
+
+	_, err = compiler.Compile("split.kvl", []byte("part t4 { order C T/4 L H T%4 D }\npool t2 { order C S T/2 L H T%2 D }\n"))
+	require.EqualError(t, err, "layouts t4 and t2 split T by different factors (4 and 2); no kernel joins them")
+}
+
+func TestCompileAll(t *testing.T) {
+	f, err := compiler.CompileAll(
+		compiler.Source{Name: "dir/a.kvl", Text: []byte("part PLHD { order C T L H D }\n")},
+		compiler.Source{Name: "b.kvl", Text: []byte("pool page_head { order C S H T L D }\n")},
+	)
+	require.NoError(t, err)
+	require.Equal(t, "a.kvl, b.kvl", f.Name)
+	var pairs []string
+	for _, p := range f.Pairs {
+		pairs = append(pairs, p.Src.Name+" -> "+p.Dst.Name)
+	}
+	// Pool to pool is no pair.
+	require.Equal(t, []string{"PLHD -> PLHD", "PLHD -> page_head", "page_head -> PLHD"}, pairs)
+	require.Equal(t, "dir/a.kvl:1:1", f.Layouts[0].Pos) // as the file was named
+	require.Equal(t, "b.kvl:1:1", f.Layouts[1].Pos)
+}
+
+func TestCompileAllErrors(t *testing.T) {
+	// Names are unique across files; a duplicate cites the first by file.
+	_, err := compiler.CompileAll(
+		compiler.Source{Name: "a.kvl", Text: []byte("part x { order C T L H D }\n")},
+		compiler.Source{Name: "b.kvl", Text: []byte("// b\npart x { order C L T H D }\n")},
+	)
+	require.EqualError(t, err, `b.kvl:2:1: duplicate layout "x", first defined at a.kvl:1:1`)
+
+	// Every file's errors are reported, in the order of the files.
+	_, err = compiler.CompileAll(
+		compiler.Source{Name: "a.kvl", Text: []byte("part x { order C T L H }\n")},
+		compiler.Source{Name: "b.kvl", Text: []byte("pool y { order C T L H D }\n")},
+	)
+	var list dsl.ErrorList
+	require.ErrorAs(t, err, &list)
+	require.EqualError(t, err, "a.kvl:1:1: layout x is missing axis D\nb.kvl:1:1: pool layout y has no slot axis S")
+}
+
+func TestExpr(t *testing.T) {
+	e := compiler.Of(compiler.SymDim).Mul(compiler.Lit(4)).Mul(compiler.Of(compiler.SymItem)).
+		Mul(compiler.Expr{Const: 1, Factors: []compiler.Factor{{Sym: compiler.SymPage, Div: 4}}})
+	require.Equal(t, "4*I*T/4*D", e.String())
+	require.Equal(t, "1", compiler.Lit(1).String())
+	require.Equal(t, "I", compiler.Of(compiler.SymItem).String())
+	var env compiler.Env
+	env[compiler.SymItem], env[compiler.SymPage], env[compiler.SymDim] = 2, 64, 128
+	require.Equal(t, 4*2*16*128, e.Eval(&env))
+	require.True(t, e.Has(compiler.SymPage))
+	require.False(t, e.Has(compiler.SymCommonHeads))
+	require.True(t, e.Equal(compiler.Of(compiler.SymItem).Mul(compiler.Lit(4)).Mul(compiler.Of(compiler.SymDim)).
+		Mul(compiler.Expr{Const: 1, Factors: []compiler.Factor{{Sym: compiler.SymPage, Div: 4}}})))
+	require.False(t, e.Equal(compiler.Of(compiler.SymItem)))
+}
