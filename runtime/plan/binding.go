@@ -1,0 +1,203 @@
+// Package plan turns a page's manifest and a rank's memory binding into the
+// exact byte ranges to move, and proves them before any transfer.
+//
+// Planning is target-driven: the reader's requirement (its layers, its KV-head
+// interval, every component) is intersected with every part of the manifest;
+// each intersection is handed to the generated range kernel of the pair
+// (manifest part layout, binding layout), or to the interpreter when this
+// binary did not compile that pair. A plan's offsets are relative to the
+// page's slot; a template is a plan cached per layout id, and instantiating
+// it for a request adds the slot's offset to each op.
+package plan
+
+import (
+	"fmt"
+
+	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/runtime/manifest"
+)
+
+// Binding is where a rank's KV memory lives: a pool layout (many pages, one
+// per slot) or a part layout (one page), the layers and KV heads it holds,
+// and its slot count. It describes geometry only; the live buffers are
+// supplied with each transfer. With C outermost, each component is its own
+// region (SGLang keeps separate K and V buffers); otherwise there is one.
+type Binding struct {
+	Layout    *compiler.Layout
+	Layers    []int // global layer ids, ascending
+	HeadStart int
+	Heads     int
+	Slots     int // pool pages; 1 for a part layout
+}
+
+// Geometry is a binding checked against a descriptor, with its region sizes
+// and the footprint of one page.
+type Geometry struct {
+	Binding
+	Desc *manifest.Descriptor
+	// Regions has the bytes of each region, RegionNames their names.
+	Regions     []int
+	RegionNames []string
+	// SlotStride is what one slot adds to an offset in each region (0 for
+	// a part layout).
+	SlotStride []int
+	// The bytes of the page at slot 0 in a region are Blocks blocks of
+	// BlockBytes bytes, BlockStride apart (a pool with axes outside S, like
+	// layer_first, has more than one block).
+	Blocks      []int
+	BlockBytes  []int
+	BlockStride []int
+	PageBytes   int // bytes of one page in the binding, all regions
+}
+
+// NewGeometry checks b against d.
+func NewGeometry(d *manifest.Descriptor, b Binding) (*Geometry, error) {
+	l := b.Layout
+	if l == nil {
+		return nil, fmt.Errorf("binding has no layout")
+	}
+	if err := checkLayout(d, l); err != nil {
+		return nil, err
+	}
+	if len(b.Layers) == 0 {
+		return nil, fmt.Errorf("binding holds no layers")
+	}
+	for i, x := range b.Layers {
+		if !hasLayer(d.Layers, x) {
+			return nil, fmt.Errorf("binding layer %d is not a layer of the model", x)
+		}
+		if i > 0 && x <= b.Layers[i-1] {
+			return nil, fmt.Errorf("binding layers are not strictly ascending at %d", x)
+		}
+	}
+	if b.Heads <= 0 || b.HeadStart < 0 || b.HeadStart+b.Heads > d.KVHeads {
+		return nil, fmt.Errorf("binding heads [%d,%d) are not inside the model's %d KV heads", b.HeadStart, b.HeadStart+b.Heads, d.KVHeads)
+	}
+	if l.Kind == compiler.Part {
+		b.Slots = 1
+	} else if b.Slots <= 0 {
+		return nil, fmt.Errorf("pool %s has %d slots; it needs at least one", l.Name, b.Slots)
+	}
+	g := &Geometry{Binding: b, Desc: d}
+	nc := len(d.HeadDims)
+	regions := 1
+	if l.COuter() {
+		regions = nc
+	}
+	for r := 0; r < regions; r++ {
+		comps := []int{r}
+		if !l.COuter() {
+			comps = nil
+			for c := 0; c < nc; c++ {
+				comps = append(comps, c)
+			}
+		}
+		size, slot, blocks, page := 1, 1, 1, 1
+		inner := true
+		for i := len(l.Modes) - 1; i >= 0; i-- {
+			m := l.Modes[i]
+			if m.Axis == compiler.C && i == 0 {
+				continue
+			}
+			n := extent(d, b, m, comps[0])
+			size *= n
+			switch {
+			case m.Axis == compiler.S:
+				inner = false
+			case inner:
+				slot *= n
+				page *= n
+			default:
+				blocks *= n
+				page *= n
+			}
+		}
+		it := d.ItemSize
+		g.Regions = append(g.Regions, size*it)
+		g.SlotStride = append(g.SlotStride, slot*it)
+		g.BlockBytes = append(g.BlockBytes, slot*it)
+		g.Blocks = append(g.Blocks, blocks)
+		g.BlockStride = append(g.BlockStride, slot*b.Slots*it)
+		g.PageBytes += page * it
+		g.RegionNames = append(g.RegionNames, regionName(l, r, nc))
+	}
+	if l.Kind == compiler.Part {
+		for r := range g.Regions {
+			g.SlotStride[r] = 0
+			g.Blocks[r] = 1
+			g.BlockBytes[r] = g.Regions[r]
+			g.BlockStride[r] = g.Regions[r]
+		}
+	}
+	return g, nil
+}
+
+// regionName names region r: k and v for separate K and V buffers, latent
+// for an MLA latent, kv for one region that holds every component.
+func regionName(l *compiler.Layout, r, comps int) string {
+	switch {
+	case !l.COuter():
+		return "kv"
+	case comps == 1:
+		return "latent"
+	case r == 0:
+		return "k"
+	}
+	return "v"
+}
+
+func extent(d *manifest.Descriptor, b Binding, m compiler.Mode, c int) int {
+	var n int
+	switch m.Axis {
+	case compiler.C:
+		return len(d.HeadDims)
+	case compiler.S:
+		return b.Slots
+	case compiler.L:
+		return len(b.Layers)
+	case compiler.H:
+		return b.Heads
+	case compiler.T:
+		n = d.PageSize
+	case compiler.D:
+		n = d.HeadDims[c]
+	}
+	switch m.Split {
+	case compiler.Outer:
+		return n / m.Factor
+	case compiler.Inner:
+		return m.Factor
+	}
+	return n
+}
+
+// checkLayout returns why pages of d cannot be laid out in l, or nil.
+func checkLayout(d *manifest.Descriptor, l *compiler.Layout) error {
+	if !l.COuter() {
+		for _, dim := range d.HeadDims[1:] {
+			if dim != d.HeadDims[0] {
+				return fmt.Errorf("layout %s interleaves components (C is not outermost), so K and V head dims must be equal, not %v", l.Name, d.HeadDims)
+			}
+		}
+	}
+	if f := l.SplitOf(compiler.D); f > 0 {
+		for _, dim := range d.HeadDims {
+			if dim%f != 0 {
+				return fmt.Errorf("layout %s splits D by %d, which does not divide head dim %d", l.Name, f, dim)
+			}
+		}
+	}
+	if f := l.SplitOf(compiler.T); f > 0 && d.PageSize%f != 0 {
+		return fmt.Errorf("layout %s splits T by %d, which does not divide page size %d", l.Name, f, d.PageSize)
+	}
+	return nil
+}
+
+func hasLayer(ls []int, x int) bool {
+	for _, v := range ls {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
