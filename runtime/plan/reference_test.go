@@ -33,8 +33,8 @@ type refCase struct {
 		LayerCounts []int  `json:"layer_counts"`
 	} `json:"source"`
 	Target struct {
-		TP, PP int
-		Rank   struct{ TP, PP int } `json:"rank"`
+		TP, PP  int
+		Rank    struct{ TP, PP int } `json:"rank"`
 		Binding struct {
 			Kind      string `json:"kind"`
 			Format    string `json:"format"`
