@@ -1,0 +1,236 @@
+package filestore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/runtime/store"
+	"github.com/kvreshard/kvreshard/runtime/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	dir := t.TempDir() // one directory for all subtests, as many processes would share it
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := Open(dir, Options{})
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestConformanceSyncFewFiles(t *testing.T) {
+	dir := t.TempDir()
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := Open(dir, Options{Sync: true, MaxOpenFiles: 2})
+		require.NoError(t, err)
+		return s
+	})
+}
+
+// TestConformanceByURL opens a new store per subtest, as a new process
+// would: nothing is cached.
+func TestConformanceByURL(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := store.Open(context.Background(), "file://"+dir)
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestOpenURL(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "new", "store")
+	s, err := store.Open(ctx, "file://"+dir)
+	require.NoError(t, err)
+	require.Equal(t, dir, s.(*Store).Dir())
+	require.DirExists(t, dir)
+	require.NoError(t, s.Close())
+
+	s, err = store.Open(ctx, "file://localhost"+dir+"/")
+	require.NoError(t, err)
+	require.Equal(t, dir, s.(*Store).Dir())
+	require.NoError(t, s.Close())
+
+	for _, c := range []struct{ url, reason string }{
+		{"file://", "empty path; write file:///abs/dir"},
+		{"file://localhost", "empty path; write file:///abs/dir"},
+		{"file://data/kv", `host "data" is not empty or localhost; write file:///abs/dir, with three slashes`},
+		{"file://./kv", `host "." is not empty or localhost; write file:///abs/dir, with three slashes`},
+		{"file://host:80/kv", `host "host:80" is not empty or localhost; write file:///abs/dir, with three slashes`},
+		{"file:///kv?sync=1", "a file URL takes no query string"},
+		{"file:///kv?", "a file URL takes no query string"},
+		{"file:///kv#x", "a file URL takes no fragment"},
+		{"file://me@/kv", "a file URL takes no user"},
+	} {
+		_, err := store.Open(ctx, c.url)
+		require.EqualError(t, err, `store URL "`+c.url+`": `+c.reason)
+		var ue *store.URLError
+		require.ErrorAs(t, err, &ue)
+	}
+
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o666))
+	_, err = Open(filepath.Join(file, "x"), Options{})
+	require.EqualError(t, err, "open file store: mkdir "+file+": not a directory")
+}
+
+func TestFileNames(t *testing.T) {
+	hash := func(k string) string {
+		sum := sha256.Sum256([]byte(k))
+		return hex.EncodeToString(sum[:16])
+	}
+	for _, c := range []struct{ key, name string }{
+		{"kv_1f_abc-D", "kv_1f_abc-D." + hash("kv_1f_abc-D")},
+		{"../../etc/passwd", "%2E%2E%2F%2E%2E%2Fetc%2Fpasswd." + hash("../../etc/passwd")},
+		{"kv/dom/manifests/ab", "kv%2Fdom%2Fmanifests%2Fab." + hash("kv/dom/manifests/ab")},
+		{"", "." + hash("")},
+		{"a\x00\n\xff é", "a%00%0A%FF%20%C3%A9." + hash("a\x00\n\xff é")},
+		{strings.Repeat("x", 1000), strings.Repeat("x", 64) + "." + hash(strings.Repeat("x", 1000))},
+		{strings.Repeat("/", 1000), strings.Repeat("%2F", 22) + "." + hash(strings.Repeat("/", 1000))},
+	} {
+		fanout, name := fileName(c.key)
+		require.Equal(t, c.name, name)
+		require.Equal(t, hash(c.key)[:2], fanout)
+	}
+	// Keys that differ only in case get names that differ in more than case.
+	_, a := fileName("Page")
+	_, b := fileName("page")
+	require.NotEqual(t, strings.ToLower(a), strings.ToLower(b))
+}
+
+// TestHostileKeys stores objects and metadata under keys that would escape
+// a naive mapping, and checks that every file stays inside the store.
+func TestHostileKeys(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	dir := filepath.Join(root, "store")
+	s, err := Open(dir, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	keys := []string{"../../etc/passwd", "../x", "/abs", ".", "..", "", "a/../../b", "\x00", "C:\\x", strings.Repeat("../", 200)}
+	for i, k := range keys {
+		data := []byte{byte(i), 1, 2}
+		require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{{Key: k, Part: 0, Parts: 1, Manifest: "../m", Data: [][]byte{data}}}))
+		require.NoError(t, s.PutMeta(ctx, k, data))
+	}
+	for i, k := range keys {
+		data := []byte{byte(i), 1, 2}
+		objs, err := s.Query(ctx, []string{k})
+		require.NoError(t, err)
+		require.Equal(t, []store.Object{{Complete: true, Manifest: "../m", PartSizes: []int{3}}}, objs, "%q", k)
+		got := make([]byte, 3)
+		n, err := s.ReadRanges(ctx, []store.Range{{Key: k, Dst: [][]byte{got}}})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, data, got)
+		meta, err := s.GetMeta(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, data, meta)
+	}
+	entries, err := os.ReadDir(root)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	files := 0
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files++
+		}
+		return err
+	}))
+	require.Equal(t, 3*len(keys), files) // a claim, a part and a metadata object each
+}
+
+func TestInvalidWrite(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	errs := s.WriteParts(context.Background(), []store.PartWrite{
+		{Key: "k", Part: 0, Parts: 0, Manifest: "m"},
+		{Key: "k", Part: 2, Parts: 2, Manifest: "m"},
+		{Key: "k", Part: -1, Parts: 2, Manifest: "m"},
+		{Key: "k", Part: 0, Parts: 2},
+	})
+	require.Len(t, errs, 4)
+	require.EqualError(t, errs[0], "write k part 0: part count 0 is not positive")
+	require.EqualError(t, errs[1], "write k part 2: part out of range [0,2)")
+	require.EqualError(t, errs[2], "write k part -1: part out of range [0,2)")
+	require.EqualError(t, errs[3], "write k part 0: empty manifest key")
+	entries, err := os.ReadDir(filepath.Join(s.Dir(), "objects"))
+	require.NoError(t, err)
+	require.Empty(t, entries)
+}
+
+func TestClosed(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{{Key: "k", Part: 0, Parts: 1, Manifest: "m", Data: [][]byte{{1}}}}))
+	n, err := s.ReadRanges(ctx, []store.Range{{Key: "k", Dst: [][]byte{make([]byte, 1)}}})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close())
+	require.Equal(t, []error{errClosed}, s.WriteParts(ctx, []store.PartWrite{{Key: "k2", Part: 0, Parts: 1, Manifest: "m"}}))
+	_, err = s.Query(ctx, []string{"k"})
+	require.EqualError(t, err, "store is closed")
+	n, err = s.ReadRanges(ctx, []store.Range{{Key: "k", Dst: [][]byte{make([]byte, 1)}}})
+	require.Equal(t, 0, n)
+	require.EqualError(t, err, "store is closed")
+	require.EqualError(t, s.PutMeta(ctx, "m", nil), "store is closed")
+	_, err = s.GetMeta(ctx, "m")
+	require.EqualError(t, err, "store is closed")
+}
+
+// TestCorruptClaim: a claim file that is not one makes Query fail loudly.
+func TestCorruptClaim(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	dir := s.objectDir("k")
+	require.NoError(t, os.MkdirAll(dir, 0o777))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "claim"), []byte("x"), 0o666))
+	_, err = s.Query(ctx, []string{"k"})
+	require.EqualError(t, err, "query k: corrupt claim file "+filepath.Join(dir, "claim"))
+	n, err := s.ReadRanges(ctx, []store.Range{{Key: "k", Dst: [][]byte{make([]byte, 1)}}})
+	require.Equal(t, 0, n)
+	require.EqualError(t, err, "read k part 0 [0,1): corrupt claim file "+filepath.Join(dir, "claim"))
+}
+
+func TestReadRangesAllocs(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	for _, k := range []string{"a", "b"} {
+		require.Equal(t, []error{nil, nil}, s.WriteParts(ctx, []store.PartWrite{
+			{Key: k, Part: 0, Parts: 2, Manifest: "m", Data: [][]byte{make([]byte, 4096)}},
+			{Key: k, Part: 1, Parts: 2, Manifest: "m", Data: [][]byte{make([]byte, 4096)}},
+		}))
+	}
+	var rs []store.Range
+	for i := range 32 {
+		rs = append(rs, store.Range{Key: []string{"a", "b"}[i/16], Part: i / 8 % 2, Off: i % 8 * 256, Dst: [][]byte{make([]byte, 256)}})
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if n, err := s.ReadRanges(ctx, rs); n != len(rs) || err != nil {
+			t.Fatal(n, err)
+		}
+	})
+	require.Equal(t, 0.0, allocs)
+}
+
+func BenchmarkReadRanges(b *testing.B) {
+	s, err := Open(b.TempDir(), Options{})
+	require.NoError(b, err)
+	defer s.Close()
+	storetest.BenchReadRanges(b, s)
+}

@@ -1,0 +1,254 @@
+// Package memstore is an in-process store, for tests and benchmarks. It
+// registers the URL scheme mem:
+//
+//	mem://       a new, empty store on every Open
+//	mem://name   the store called name: every Open of the same name in one
+//	             process gives the same store, so that a writer and a reader
+//	             opened separately see the same objects
+//
+// A mem URL has nothing else: no user, port, path, query or fragment. Data is
+// copied in on writes and out on reads, so callers may reuse their buffers.
+// Close does nothing: a named store lives as long as the process, an unnamed
+// one as long as it is reachable.
+//
+// A part once written is kept: a retry of a part that is already written
+// writes nothing and succeeds, as in filestore.
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"net/url"
+	"sync"
+
+	"github.com/kvreshard/kvreshard/runtime/store"
+)
+
+func init() { store.Register("mem", openURL) }
+
+var (
+	namedMu sync.Mutex
+	named   = map[string]*Store{}
+)
+
+func openURL(_ context.Context, u *url.URL) (store.Store, error) {
+	if u.User != nil || u.Port() != "" || u.Path != "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" {
+		return nil, &store.URLError{URL: u.String(), Reason: "a mem URL is mem:// or mem://name, with nothing else"}
+	}
+	if u.Host == "" {
+		return New(), nil
+	}
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	s := named[u.Host]
+	if s == nil {
+		s = New()
+		named[u.Host] = s
+	}
+	return s, nil
+}
+
+const nShards = 64
+
+// Store is an in-process store. Its zero value is not usable; call New.
+type Store struct {
+	seed   maphash.Seed
+	shards [nShards]shard
+
+	metaMu sync.RWMutex
+	meta   map[string][]byte
+}
+
+type shard struct {
+	mu   sync.RWMutex
+	objs map[string]*object
+	_    [40]byte // keep shards on their own cache lines
+}
+
+// object is one multipart object. Once complete it never changes, so its
+// parts may be read without a lock.
+type object struct {
+	manifest string
+	parts    [][]byte // nil: not written yet
+	missing  int      // parts not written yet
+}
+
+// New returns a new, empty store.
+func New() *Store {
+	s := &Store{seed: maphash.MakeSeed(), meta: map[string][]byte{}}
+	for i := range s.shards {
+		s.shards[i].objs = map[string]*object{}
+	}
+	return s
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%nShards]
+}
+
+// WriteParts implements store.Store.
+func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
+	errs := make([]error, len(ws))
+	for i := range ws {
+		if err := ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		errs[i] = s.writePart(&ws[i])
+	}
+	return errs
+}
+
+func (s *Store) writePart(w *store.PartWrite) error {
+	if err := validate(w); err != nil {
+		return err
+	}
+	data := make([]byte, 0, w.Size())
+	for _, f := range w.Data {
+		data = append(data, f...)
+	}
+	sh := s.shard(w.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objs[w.Key]
+	switch {
+	case o == nil:
+		o = &object{manifest: w.Manifest, parts: make([][]byte, w.Parts), missing: w.Parts}
+		sh.objs[w.Key] = o
+	case o.missing == 0:
+		return store.ErrComplete
+	case o.manifest != w.Manifest || len(o.parts) != w.Parts:
+		return store.ErrLayoutConflict
+	}
+	if o.parts[w.Part] == nil {
+		o.parts[w.Part] = data
+		o.missing--
+	}
+	return nil
+}
+
+// validate checks a part write's fields before anything is written.
+func validate(w *store.PartWrite) error {
+	switch {
+	case w.Parts < 1:
+		return fmt.Errorf("write %s part %d: part count %d is not positive", w.Key, w.Part, w.Parts)
+	case w.Part < 0 || w.Part >= w.Parts:
+		return fmt.Errorf("write %s part %d: part out of range [0,%d)", w.Key, w.Part, w.Parts)
+	case w.Manifest == "":
+		return fmt.Errorf("write %s part %d: empty manifest key", w.Key, w.Part)
+	}
+	return nil
+}
+
+// complete returns the object under key if it is complete.
+func (s *Store) complete(key string) *object {
+	sh := s.shard(key)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	if o := sh.objs[key]; o != nil && o.missing == 0 {
+		return o
+	}
+	return nil
+}
+
+// Query implements store.Store.
+func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	objs := make([]store.Object, len(keys))
+	for i, k := range keys {
+		o := s.complete(k)
+		if o == nil {
+			continue
+		}
+		sizes := make([]int, len(o.parts))
+		for p, b := range o.parts {
+			sizes[p] = len(b)
+		}
+		objs[i] = store.Object{Complete: true, Manifest: o.manifest, PartSizes: sizes}
+	}
+	return objs, nil
+}
+
+// PutMeta implements store.Store.
+func (s *Store) PutMeta(ctx context.Context, key string, val []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	if old, ok := s.meta[key]; ok {
+		if !bytes.Equal(old, val) {
+			return store.ErrMetaConflict
+		}
+		return nil
+	}
+	s.meta[key] = append([]byte{}, val...)
+	return nil
+}
+
+// GetMeta implements store.Store.
+func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.metaMu.RLock()
+	defer s.metaMu.RUnlock()
+	v, ok := s.meta[key]
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	return append([]byte{}, v...), nil
+}
+
+// ReadRanges implements store.Store.
+func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (int, error) {
+	done := ctx.Done()
+	var (
+		lastKey string
+		last    *object
+	)
+	for i := range rs {
+		r := &rs[i]
+		if done != nil {
+			select {
+			case <-done:
+				return i, ctx.Err()
+			default:
+			}
+		}
+		o := last
+		if o == nil || r.Key != lastKey {
+			o = s.complete(r.Key)
+			lastKey, last = r.Key, o
+		}
+		if o == nil || r.Part < 0 || r.Part >= len(o.parts) {
+			return i, rangeError(r, store.ErrNotFound)
+		}
+		b := o.parts[r.Part]
+		if r.Off < 0 {
+			return i, rangeError(r, errNegativeOffset)
+		}
+		if r.Off > len(b) || r.Len() > len(b)-r.Off {
+			return i, rangeError(r, fmt.Errorf("past the end of the part (%d bytes)", len(b)))
+		}
+		b = b[r.Off:]
+		for _, d := range r.Dst {
+			b = b[copy(d, b):]
+		}
+	}
+	return len(rs), nil
+}
+
+var errNegativeOffset = errors.New("negative offset")
+
+func rangeError(r *store.Range, err error) error {
+	return &store.RangeError{Key: r.Key, Part: r.Part, Off: r.Off, Len: r.Len(), Err: err}
+}
+
+// Close implements store.Store; it does nothing.
+func (s *Store) Close() error { return nil }

@@ -1,0 +1,104 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/runtime/store"
+	"github.com/kvreshard/kvreshard/runtime/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return New() })
+}
+
+func TestConformanceByURL(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := store.Open(context.Background(), "mem://conformance")
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestOpen(t *testing.T) {
+	ctx := context.Background()
+	name := fmt.Sprintf("mem://shared%016x", rand.Uint64()) // fresh under -count
+	a, err := store.Open(ctx, name)
+	require.NoError(t, err)
+	b, err := store.Open(ctx, name)
+	require.NoError(t, err)
+	require.Same(t, a, b)
+	c, err := store.Open(ctx, "mem://")
+	require.NoError(t, err)
+	d, err := store.Open(ctx, "mem://")
+	require.NoError(t, err)
+	require.NotSame(t, c, d)
+	require.NotSame(t, a, c)
+
+	// Same name, same objects.
+	require.Equal(t, []error{nil}, a.WriteParts(ctx, []store.PartWrite{{Key: "k", Part: 0, Parts: 1, Manifest: "m", Data: [][]byte{{1, 2}}}}))
+	objs, err := b.Query(ctx, []string{"k"})
+	require.NoError(t, err)
+	require.Equal(t, []store.Object{{Complete: true, Manifest: "m", PartSizes: []int{2}}}, objs)
+	objs, err = c.Query(ctx, []string{"k"})
+	require.NoError(t, err)
+	require.Equal(t, []store.Object{{}}, objs)
+
+	for _, u := range []string{"mem://a/b", "mem:///", "mem://a?x=1", "mem://a#f", "mem://u@a", "mem://a:1"} {
+		_, err := store.Open(ctx, u)
+		require.EqualError(t, err, `store URL "`+u+`": a mem URL is mem:// or mem://name, with nothing else`, u)
+		var ue *store.URLError
+		require.ErrorAs(t, err, &ue)
+	}
+}
+
+func TestInvalidWrite(t *testing.T) {
+	s := New()
+	errs := s.WriteParts(context.Background(), []store.PartWrite{
+		{Key: "k", Part: 0, Parts: 0, Manifest: "m"},
+		{Key: "k", Part: 2, Parts: 2, Manifest: "m"},
+		{Key: "k", Part: -1, Parts: 2, Manifest: "m"},
+		{Key: "k", Part: 0, Parts: 2},
+	})
+	require.Len(t, errs, 4)
+	require.EqualError(t, errs[0], "write k part 0: part count 0 is not positive")
+	require.EqualError(t, errs[1], "write k part 2: part out of range [0,2)")
+	require.EqualError(t, errs[2], "write k part -1: part out of range [0,2)")
+	require.EqualError(t, errs[3], "write k part 0: empty manifest key")
+}
+
+func TestWritePartsCancelled(t *testing.T) {
+	s := New()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	errs := s.WriteParts(ctx, []store.PartWrite{{Key: "k", Part: 0, Parts: 1, Manifest: "m", Data: [][]byte{{1}}}})
+	require.Equal(t, []error{context.Canceled}, errs)
+	objs, err := s.Query(context.Background(), []string{"k"})
+	require.NoError(t, err)
+	require.Equal(t, []store.Object{{}}, objs)
+}
+
+func TestReadRangesAllocs(t *testing.T) {
+	s := New()
+	ctx := context.Background()
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{{Key: "k", Part: 0, Parts: 1, Manifest: "m", Data: [][]byte{make([]byte, 4096)}}}))
+	rs := make([]store.Range, 16)
+	for i := range rs {
+		rs[i] = store.Range{Key: "k", Part: 0, Off: i * 256, Dst: [][]byte{make([]byte, 256)}}
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		n, err := s.ReadRanges(ctx, rs)
+		if n != len(rs) || err != nil {
+			t.Fatal(n, err)
+		}
+	})
+	require.Equal(t, 0.0, allocs)
+}
+
+func BenchmarkReadRanges(b *testing.B) {
+	storetest.BenchReadRanges(b, New())
+}
