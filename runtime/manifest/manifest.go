@@ -1,0 +1,312 @@
+// Package manifest is the semantic identity of cached KV pages and the
+// immutable, content-addressed description of how a page is stored.
+//
+// A Descriptor says what the bytes of a page mean; a Model adds its
+// identity, and Model.Domain digests both into the model domain, which
+// excludes TP, PP, ranks and physical layout. PageKey names one logical page.
+//
+// A Manifest describes a source layout: the model domain, the descriptor, the
+// part layout (its name and full axis order, so that a reader that did not
+// compile it can still interpret it) and the layers and KV-head interval of
+// every part. Part byte geometry is derived, never stored: part i holds its
+// K region then its V region, each PageSize x len(layers) x HeadCount x head
+// dim elements laid out by the layout's order. The order of the parts is
+// derived too (sorted by layers, then head start), and the encoding is
+// canonical JSON (keys sorted, no spaces), so identical manifests have
+// identical bytes and identical ids, and a manifest's id is the SHA-256 of
+// its bytes.
+//
+// Parts of replicated heads (TP larger than the KV-head count) are stored
+// once, so every (layer, head) of the descriptor is covered by exactly one
+// part.
+package manifest
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/kvreshard/kvreshard/dsl"
+)
+
+// MaxLayoutText bounds the bytes of a layout's name and of its order text.
+// A valid order names six axes, two of them possibly split, so it is far
+// shorter.
+const MaxLayoutText = 256
+
+// Layout is a part layout: its name and its canonical order text, for
+// example "C T L H D" or "C L H D/8 T D%8". It has no slot axis S.
+type Layout struct {
+	Name  string `json:"name"`
+	Order string `json:"order"`
+}
+
+// Part is one writer's share of a page: global layer ids and a KV-head
+// interval.
+type Part struct {
+	Layers    []int `json:"layers"`
+	HeadStart int   `json:"head_start"`
+	HeadCount int   `json:"head_count"`
+}
+
+// ComparePart orders parts the way manifests store them: by layers
+// (lexicographically), then head start, then head count.
+func ComparePart(a, b Part) int {
+	if c := slices.Compare(a.Layers, b.Layers); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.HeadStart, b.HeadStart); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.HeadCount, b.HeadCount)
+}
+
+// SortParts sorts parts into their derived order (see ComparePart).
+func SortParts(parts []Part) { slices.SortStableFunc(parts, ComparePart) }
+
+// Manifest is the immutable description of a source layout, shared by every
+// page written in it. Build one with New or Decode and do not modify it:
+// its encoding and digest are computed once.
+type Manifest struct {
+	Domain     string     `json:"model_domain"`
+	Descriptor Descriptor `json:"descriptor"`
+	Layout     Layout     `json:"layout"`
+	Parts      []Part     `json:"parts"`
+
+	enc    []byte
+	digest string
+}
+
+// New returns the manifest of parts stored in layout l, for pages of the
+// model domain whose descriptor is d. It copies its arguments, sorts the
+// parts into their derived order (so part indices in errors and in the
+// result are in that order), rewrites the layout's order in canonical form,
+// and validates everything Decode does.
+func New(domain string, d Descriptor, l Layout, parts []Part) (*Manifest, error) {
+	m := &Manifest{Domain: domain, Descriptor: d.clone(), Layout: l}
+	m.Parts = make([]Part, len(parts))
+	for i, p := range parts {
+		p.Layers = append([]int(nil), p.Layers...)
+		m.Parts[i] = p
+	}
+	SortParts(m.Parts)
+	if err := m.validate(false); err != nil {
+		return nil, err
+	}
+	m.seal(m.appendJSON(nil))
+	return m, nil
+}
+
+// seal records the canonical encoding and its digest.
+func (m *Manifest) seal(enc []byte) {
+	m.enc = enc
+	sum := sha256.Sum256(enc)
+	m.digest = hex.EncodeToString(sum[:])
+}
+
+// validate checks m. With strictOrder the layout order must already be
+// canonical; otherwise it is rewritten to canonical form.
+func (m *Manifest) validate(strictOrder bool) error {
+	if !isDomain(m.Domain) {
+		return fmt.Errorf("manifest model domain %.80q is not a lowercase hex sha-256 digest", m.Domain)
+	}
+	d := &m.Descriptor
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("manifest %w", err)
+	}
+	if err := m.validateLayout(strictOrder); err != nil {
+		return err
+	}
+	if len(m.Parts) == 0 {
+		return fmt.Errorf("manifest has no parts")
+	}
+	for i, p := range m.Parts {
+		if len(p.Layers) == 0 {
+			return fmt.Errorf("manifest part %d has no layers", i)
+		}
+		for j, l := range p.Layers {
+			if j > 0 && l <= p.Layers[j-1] {
+				return fmt.Errorf("manifest part %d layers are not strictly ascending: %d after %d", i, l, p.Layers[j-1])
+			}
+			if _, ok := slices.BinarySearch(d.Layers, l); !ok {
+				return fmt.Errorf("manifest part %d layer %d is not in the descriptor", i, l)
+			}
+		}
+		if p.HeadCount <= 0 {
+			return fmt.Errorf("manifest part %d head_count is %d; it must be positive", i, p.HeadCount)
+		}
+		if p.HeadStart < 0 {
+			return fmt.Errorf("manifest part %d head_start is %d; it must not be negative", i, p.HeadStart)
+		}
+		if p.HeadStart > d.KVHeads-p.HeadCount {
+			return fmt.Errorf("manifest part %d head_start %d + head_count %d is more than kv_heads %d",
+				i, p.HeadStart, p.HeadCount, d.KVHeads)
+		}
+	}
+	return m.checkCoverage()
+}
+
+// validateLayout checks the layout's order with the dsl and against the
+// descriptor's shapes.
+func (m *Manifest) validateLayout(strictOrder bool) error {
+	d := &m.Descriptor
+	if len(m.Layout.Name) > MaxLayoutText {
+		return fmt.Errorf("manifest layout name is %d bytes; the limit is %d", len(m.Layout.Name), MaxLayoutText)
+	}
+	if len(m.Layout.Order) > MaxLayoutText {
+		return fmt.Errorf("manifest layout %q order is %d bytes; the limit is %d", m.Layout.Name, len(m.Layout.Order), MaxLayoutText)
+	}
+	l, err := dsl.ParseOrder("part", m.Layout.Name, m.Layout.Order)
+	if err != nil {
+		return fmt.Errorf("manifest %w", err)
+	}
+	if canon := l.OrderString(); canon != m.Layout.Order {
+		if strictOrder {
+			return fmt.Errorf("manifest layout %q order %q is not canonical; want %q", m.Layout.Name, m.Layout.Order, canon)
+		}
+		m.Layout.Order = canon
+	}
+	if len(d.HeadDims) == 2 && d.HeadDims[0] != d.HeadDims[1] {
+		if first := l.Order[0]; first.Axis != "C" || first.Op != "" {
+			return fmt.Errorf("manifest layout %q has k and v head dims %d and %d, so C must be its outermost axis",
+				m.Layout.Name, d.HeadDims[0], d.HeadDims[1])
+		}
+	}
+	for _, mode := range l.Order {
+		if mode.Op != "/" {
+			continue
+		}
+		switch mode.Axis {
+		case "T":
+			if d.PageSize%mode.Factor != 0 {
+				return fmt.Errorf("manifest layout %q splits T by %d, which does not divide page_size %d",
+					m.Layout.Name, mode.Factor, d.PageSize)
+			}
+		case "D":
+			for c, dim := range d.HeadDims {
+				if dim%mode.Factor != 0 {
+					return fmt.Errorf("manifest layout %q splits D by %d, which does not divide the %s head dim %d",
+						m.Layout.Name, mode.Factor, componentName(c, len(d.HeadDims)), dim)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// interval is the head interval of one part at one layer.
+type interval struct{ start, end, part int }
+
+// checkCoverage checks that every (layer, head) of the descriptor is in
+// exactly one part, and names the first one that is not, in (layer, head)
+// order. Its cost is in the size of the parts, not in layers x heads.
+func (m *Manifest) checkCoverage() error {
+	d := &m.Descriptor
+	byLayer := make([][]interval, len(d.Layers))
+	for i, p := range m.Parts {
+		for _, l := range p.Layers {
+			k, _ := slices.BinarySearch(d.Layers, l)
+			byLayer[k] = append(byLayer[k], interval{p.HeadStart, p.HeadStart + p.HeadCount, i})
+		}
+	}
+	for k, ivs := range byLayer {
+		slices.SortFunc(ivs, func(a, b interval) int {
+			if c := cmp.Compare(a.start, b.start); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.part, b.part)
+		})
+		pos, last := 0, -1
+		for _, iv := range ivs {
+			if iv.start > pos {
+				break
+			}
+			if iv.start < pos {
+				return fmt.Errorf("manifest covers layer %d head %d twice: parts %d and %d", d.Layers[k], iv.start, last, iv.part)
+			}
+			pos, last = iv.end, iv.part
+		}
+		if pos < d.KVHeads {
+			return fmt.Errorf("manifest does not cover layer %d head %d", d.Layers[k], pos)
+		}
+	}
+	return nil
+}
+
+// appendJSON appends the canonical JSON of m: keys sorted, no spaces.
+func (m *Manifest) appendJSON(b []byte) []byte {
+	b = append(b, `{"descriptor":`...)
+	b = m.Descriptor.appendJSON(b)
+	b = append(b, `,"layout":{"name":`...)
+	b = appendString(b, m.Layout.Name)
+	b = append(b, `,"order":`...)
+	b = appendString(b, m.Layout.Order)
+	b = append(b, `},"model_domain":`...)
+	b = appendString(b, m.Domain)
+	b = append(b, `,"parts":[`...)
+	for i, p := range m.Parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"head_count":`...)
+		b = strconv.AppendInt(b, int64(p.HeadCount), 10)
+		b = append(b, `,"head_start":`...)
+		b = strconv.AppendInt(b, int64(p.HeadStart), 10)
+		b = append(b, `,"layers":`...)
+		b = appendInts(b, p.Layers)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// Encode returns the canonical JSON of m (keys sorted, no spaces): the bytes
+// stored under Key. The result is a copy.
+func (m *Manifest) Encode() []byte {
+	if m.enc == nil {
+		return m.appendJSON(nil)
+	}
+	return slices.Clone(m.enc)
+}
+
+// Digest returns the hex SHA-256 of Encode().
+func (m *Manifest) Digest() string {
+	if m.digest == "" {
+		sum := sha256.Sum256(m.appendJSON(nil))
+		return hex.EncodeToString(sum[:])
+	}
+	return m.digest
+}
+
+// LayoutID returns "sha256:" + Digest(): the id that templates are cached
+// by.
+func (m *Manifest) LayoutID() string { return "sha256:" + m.Digest() }
+
+// Key returns the store key of the manifest:
+// "kv/" + model domain + "/manifests/" + digest.
+func (m *Manifest) Key() string { return "kv/" + m.Domain + "/manifests/" + m.Digest() }
+
+// PartBytes returns the bytes of part i: for each component, PageSize x
+// len(layers) x HeadCount x head dim x ItemSize, the K region then the V
+// region.
+func (m *Manifest) PartBytes(i int) int {
+	p := &m.Parts[i]
+	n, _ := m.Descriptor.bytes(len(p.Layers), p.HeadCount)
+	return n
+}
+
+// PartOf returns the index of the part that holds (layer, head), or -1.
+func (m *Manifest) PartOf(layer, head int) int {
+	for i := range m.Parts {
+		p := &m.Parts[i]
+		if head < p.HeadStart || head >= p.HeadStart+p.HeadCount {
+			continue
+		}
+		if _, ok := slices.BinarySearch(p.Layers, layer); ok {
+			return i
+		}
+	}
+	return -1
+}
