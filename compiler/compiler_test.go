@@ -55,8 +55,30 @@ func TestLowerErrors(t *testing.T) {
 	_, err = compiler.Lower(mustLayout(t, compiler.Part, "x8", "C L H D/8 T D%8"), mustLayout(t, compiler.Part, "x4", "C L H D/4 T D%4"))
 	require.EqualError(t, err, "layouts x8 and x4 split D by different factors (8 and 4); no kernel joins them")
 
-	_, err = compiler.Compile("split.kvl", []byte("part t4 { order C T/4 L H T%4 D }\npool t2 { order C S T/2 L H T%2 D }\n"))
-	require.EqualError(t, err, "layouts t4 and t2 split T by different factors (4 and 2); no kernel joins them")
+}
+
+// TestSplitConflicts: layouts that are valid alone but split an axis by
+// different factors get a positioned error each, at the later layout's
+// split, citing the first earlier layout it pairs with. Two pools form no
+// pair and do not conflict.
+func TestSplitConflicts(t *testing.T) {
+	_, err := compiler.Compile("split.kvl", []byte(`part t4 { order C T/4 L H T%4 D }
+pool t2 { order C S T/2 L H T%2 D }
+pool x8 { order C S L H D/8 T D%8 }
+pool x4 { order C S L H D/4 T D%4 }
+part plain { order C T L H D }
+part x2 { order C L H D/2 T D%2 }
+`))
+	var list dsl.ErrorList
+	require.ErrorAs(t, err, &list)
+	require.EqualError(t, err, `split.kvl:2:21: T/2 and T/4 of layout t4 at 1:19 split T by different factors; no kernel joins t4 and t2
+split.kvl:6:23: D/2 and D/8 of layout x8 at 3:25 split D by different factors; no kernel joins x8 and x2`)
+
+	_, err = compiler.CompileAll(
+		compiler.Source{Name: "a.kvl", Text: []byte("part x8 { order C L H D/8 T D%8 }\n")},
+		compiler.Source{Name: "b.kvl", Text: []byte("pool x4 { order C S L H D/4 T D%4 }\n")},
+	)
+	require.EqualError(t, err, "b.kvl:1:25: D/4 and D/8 of layout x8 at a.kvl:1:23 split D by different factors; no kernel joins x8 and x4")
 }
 
 func TestCompileAll(t *testing.T) {

@@ -200,6 +200,9 @@ func CompileAll(srcs ...Source) (*File, error) {
 			f.Layouts = append(f.Layouts, FromDSL(a))
 		}
 	}
+	if len(errs) == 0 {
+		errs = splitConflicts(f.Layouts, first)
+	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -217,6 +220,46 @@ func CompileAll(srcs ...Source) (*File, error) {
 		}
 	}
 	return f, nil
+}
+
+// splitConflicts reports, at its outer split mode, each layout that splits
+// an axis by another factor than an earlier layout it forms a pair with:
+// no kernel joins them. Each layout is reported once, citing the first
+// such earlier layout.
+func splitConflicts(ls []*Layout, ast map[string]*dsl.Layout) dsl.ErrorList {
+	var errs dsl.ErrorList
+	for j, dst := range ls {
+	next:
+		for _, src := range ls[:j] {
+			if src.Kind == Pool && dst.Kind == Pool {
+				continue
+			}
+			for _, a := range []Axis{T, D} {
+				if fs, fd := src.SplitOf(a), dst.SplitOf(a); fs > 0 && fd > 0 && fs != fd {
+					m, prev := outerMode(ast[dst.Name], a), outerMode(ast[src.Name], a)
+					at := prev.Pos.String()
+					if prev.Pos.Filename == m.Pos.Filename {
+						at = fmt.Sprintf("%d:%d", prev.Pos.Line, prev.Pos.Column)
+					}
+					errs = append(errs, &dsl.Error{Pos: m.Pos, Msg: fmt.Sprintf(
+						"%s and %s of layout %s at %s split %s by different factors; no kernel joins %s and %s",
+						m, prev, src.Name, at, a, src.Name, dst.Name)})
+					break next
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// outerMode returns the X/f mode of a layout that splits axis a.
+func outerMode(l *dsl.Layout, a Axis) *dsl.Mode {
+	for _, m := range l.Order {
+		if m.Axis == a.String() && m.Op == "/" {
+			return m
+		}
+	}
+	return &dsl.Mode{Pos: l.Pos, Axis: a.String()}
 }
 
 // String prints the layouts and the lowered pairs; golden tests compare it.
