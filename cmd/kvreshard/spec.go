@@ -1,0 +1,253 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/placement"
+	"github.com/kvreshard/kvreshard/runtime/plan"
+)
+
+// usageError is a malformed flag: one message, exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// keyValues parses "a=1,b=2" into a map, rejecting unknown and repeated keys.
+func keyValues(flag, s string, keys ...string) (map[string]string, error) {
+	if s == "" {
+		return nil, usagef("%s is required", flag)
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || v == "" {
+			return nil, usagef("%s: %q is not key=value", flag, kv)
+		}
+		known := false
+		for _, x := range keys {
+			known = known || x == k
+		}
+		if !known {
+			return nil, usagef("%s: unknown key %q; keys are %s", flag, k, strings.Join(keys, ", "))
+		}
+		if _, dup := out[k]; dup {
+			return nil, usagef("%s: key %q given twice", flag, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func intValue(flag string, kv map[string]string, key string, def int, min int) (int, error) {
+	v, ok := kv[key]
+	if !ok {
+		if def < min {
+			return 0, usagef("%s: %s is required", flag, key)
+		}
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min {
+		return 0, usagef("%s: %s=%s is not a whole number >= %d", flag, key, v, min)
+	}
+	return n, nil
+}
+
+// modelSpec is a parsed --model flag.
+type modelSpec struct {
+	model manifest.Model
+}
+
+// parseModel parses
+// layers=12,kv-heads=4,head-dim=8[,v-head-dim=8],dtype=fp32,page=16[,mla=1][,name=..][,revision=..][,namespace=..][,fingerprint=..].
+func parseModel(s string) (*modelSpec, error) {
+	const f = "--model"
+	kv, err := keyValues(f, s, "layers", "kv-heads", "head-dim", "v-head-dim", "dtype", "page", "mla",
+		"name", "revision", "namespace", "fingerprint")
+	if err != nil {
+		return nil, err
+	}
+	var d manifest.Descriptor
+	layers, err := intValue(f, kv, "layers", -1, 1)
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < layers; i++ {
+		d.Layers = append(d.Layers, i)
+	}
+	if d.KVHeads, err = intValue(f, kv, "kv-heads", -1, 1); err != nil {
+		return nil, err
+	}
+	k, err := intValue(f, kv, "head-dim", -1, 1)
+	if err != nil {
+		return nil, err
+	}
+	mla, err := intValue(f, kv, "mla", 0, 0)
+	if err != nil || mla > 1 {
+		return nil, usagef("%s: mla=%s is not 0 or 1", f, kv["mla"])
+	}
+	d.HeadDims = []int{k}
+	if mla == 1 {
+		if _, ok := kv["v-head-dim"]; ok {
+			return nil, usagef("%s: an mla model has one latent component; drop v-head-dim", f)
+		}
+	} else {
+		v, err := intValue(f, kv, "v-head-dim", k, 1)
+		if err != nil {
+			return nil, err
+		}
+		d.HeadDims = append(d.HeadDims, v)
+	}
+	d.Dtype = kv["dtype"]
+	if d.Dtype == "" {
+		return nil, usagef("%s: dtype is required (fp32, bf16, fp16 or fp8)", f)
+	}
+	if d.ItemSize, err = manifest.ItemSizeOf(d.Dtype); err != nil {
+		return nil, usagef("%s: %v", f, err)
+	}
+	if d.PageSize, err = intValue(f, kv, "page", -1, 1); err != nil {
+		return nil, err
+	}
+	if err := d.Validate(); err != nil {
+		return nil, usagef("%s: %v", f, err)
+	}
+	m := manifest.Model{Namespace: "kvreshard", ModelID: "model", Revision: "0", Descriptor: d}
+	if v, ok := kv["name"]; ok {
+		m.ModelID = v
+	}
+	if v, ok := kv["revision"]; ok {
+		m.Revision = v
+	}
+	if v, ok := kv["namespace"]; ok {
+		m.Namespace = v
+	}
+	m.Fingerprint = kv["fingerprint"]
+	return &modelSpec{model: m}, nil
+}
+
+// topoSpec is a parsed --src or --dst flag.
+type topoSpec struct {
+	topo   placement.Topology
+	rank   placement.Rank
+	ranked bool // rank= was given
+	layout *compiler.Layout
+	slots  int
+	slot   int
+}
+
+// parseTopo parses tp=2,pp=2[,rank=T/P],layout=NAME[,pp-layers=a/b/..][,slots=N,slot=S].
+func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compiler.Layout, withRank bool) (*topoSpec, error) {
+	keys := []string{"tp", "pp", "layout", "pp-layers"}
+	if withRank {
+		keys = append(keys, "rank", "slots", "slot")
+	}
+	kv, err := keyValues(flag, s, keys...)
+	if err != nil {
+		return nil, err
+	}
+	t := &topoSpec{}
+	if t.topo.TP, err = intValue(flag, kv, "tp", 1, 1); err != nil {
+		return nil, err
+	}
+	if t.topo.PP, err = intValue(flag, kv, "pp", 1, 1); err != nil {
+		return nil, err
+	}
+	if v, ok := kv["pp-layers"]; ok {
+		for _, x := range strings.Split(v, "/") {
+			n, err := strconv.Atoi(x)
+			if err != nil || n < 1 {
+				return nil, usagef("%s: pp-layers=%s is not a list of positive layer counts like 5/4/3", flag, v)
+			}
+			t.topo.PPLayers = append(t.topo.PPLayers, n)
+		}
+	}
+	if err := t.topo.Validate(d); err != nil {
+		return nil, usagef("%s: %v", flag, err)
+	}
+	if v, ok := kv["rank"]; ok {
+		a, b, ok := strings.Cut(v, "/")
+		tp, err1 := strconv.Atoi(a)
+		pp, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil || tp < 0 || pp < 0 {
+			return nil, usagef("%s: rank=%s is not TP/PP ranks like 1/0", flag, v)
+		}
+		if tp >= t.topo.TP || pp >= t.topo.PP {
+			return nil, usagef("%s: rank=%s is outside tp=%d x pp=%d", flag, v, t.topo.TP, t.topo.PP)
+		}
+		t.rank, t.ranked = placement.Rank{TP: tp, PP: pp}, true
+	}
+	name := kv["layout"]
+	if name == "" {
+		return nil, usagef("%s: layout is required (%s)", flag, strings.Join(layoutNames(custom), ", "))
+	}
+	if t.layout = custom[name]; t.layout == nil {
+		if t.layout, err = layouts.Get(name); err != nil {
+			return nil, usagef("%s: unknown layout %q; layouts are %s", flag, name, strings.Join(layoutNames(custom), ", "))
+		}
+	}
+	if t.slots, err = intValue(flag, kv, "slots", 1, 1); err != nil {
+		return nil, err
+	}
+	if t.slot, err = intValue(flag, kv, "slot", 0, 0); err != nil {
+		return nil, err
+	}
+	if t.layout.Kind == compiler.Part && (kv["slots"] != "" || kv["slot"] != "") {
+		return nil, usagef("%s: slots and slot are for pool layouts; %s is a part layout (one page)", flag, name)
+	}
+	if t.slot >= t.slots {
+		return nil, usagef("%s: slot=%d is outside slots=%d", flag, t.slot, t.slots)
+	}
+	return t, nil
+}
+
+func layoutNames(custom map[string]*compiler.Layout) []string {
+	names := layouts.Names()
+	var extra []string
+	for n := range custom {
+		extra = append(extra, n)
+	}
+	sort.Strings(extra)
+	return append(names, extra...)
+}
+
+// loadKVL reads custom layouts from .kvl files named by a comma-separated
+// list; their pairs with other layouts run on the interpreter.
+func loadKVL(list string) (map[string]*compiler.Layout, error) {
+	out := map[string]*compiler.Layout{}
+	if list == "" {
+		return out, nil
+	}
+	var srcs []compiler.Source
+	for _, name := range strings.Split(list, ",") {
+		text, err := os.ReadFile(name)
+		if err != nil {
+			return nil, usagef("--kvl: %v", err)
+		}
+		srcs = append(srcs, compiler.Source{Name: name, Text: text})
+	}
+	f, err := compiler.CompileAll(srcs...)
+	if err != nil {
+		return nil, usagef("--kvl: %v", err)
+	}
+	for _, l := range f.Layouts {
+		if _, err := layouts.Get(l.Name); err == nil {
+			return nil, usagef("--kvl: layout %s (%s) has the name of a built-in layout", l.Name, l.Pos)
+		}
+		out[l.Name] = l
+	}
+	return out, nil
+}
+
+// binding returns the binding of a ranked topology spec.
+func (t *topoSpec) binding(d *manifest.Descriptor) (plan.Binding, error) {
+	return plan.BindingFor(d, t.topo, t.rank, t.layout, t.slots)
+}
