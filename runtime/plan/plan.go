@@ -259,7 +259,13 @@ func (p *Planner) Verify(pl *Plan) error {
 			return fmt.Errorf("%w: op %d writes region %d of %d", ErrBounds, i, r, len(g.Regions))
 		}
 		block, within := op.Dst/g.BlockStride[r], op.Dst%g.BlockStride[r]
-		if op.Dst < 0 || block >= g.Blocks[r] || within+op.Len > g.BlockBytes[r] {
+		room := g.BlockBytes[r] // footprint bytes from the op's block on
+		if g.BlockStride[r] == g.BlockBytes[r] {
+			// Adjacent blocks (one slot) are one contiguous footprint, and
+			// a run may cross from one into the next.
+			room *= g.Blocks[r] - block
+		}
+		if op.Dst < 0 || block >= g.Blocks[r] || within+op.Len > room {
 			return fmt.Errorf("%w: op %d writes [%d,%d) of region %s, outside the page at slot 0", ErrBounds, i, op.Dst, op.Dst+op.Len, g.RegionNames[r])
 		}
 		lo := (block*g.BlockBytes[r] + within) / it
