@@ -51,6 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cmds := map[string]func([]string, io.Writer, io.Writer) error{
 		"plan": planCmd,
+		"demo": demoCmd,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/placement"
+	"github.com/kvreshard/kvreshard/runtime/plan"
+	"github.com/kvreshard/kvreshard/runtime/reshard"
+	"github.com/kvreshard/kvreshard/runtime/store"
+)
+
+// pageKeys returns the keys of n pages: prefix, the page's token-prefix
+// hash stand-in, and the model domain.
+func pageKeys(prefix, domain string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = manifest.PageKey(prefix, fmt.Sprintf("%016x", uint64(i)*0x9e3779b97f4a7c15), domain)
+	}
+	return keys
+}
+
+// poolFor is the pool layout a writer of part layout l keeps its pages in:
+// SGLang's mapping (page_first -> PLHD, layer_first -> LPHD, page_head ->
+// HPLD); a custom part layout writes from a pool of its own order.
+func poolFor(l *compiler.Layout) *compiler.Layout {
+	name := map[string]string{"PLHD": "page_first", "LPHD": "layer_first", "HPLD": "page_head"}[l.Name]
+	if p, err := layouts.Get(name); err == nil {
+		return p
+	}
+	return l
+}
+
+// newRegions allocates a binding's regions.
+func newRegions(g *plan.Geometry) [][]byte {
+	out := make([][]byte, len(g.Regions))
+	for i, n := range g.Regions {
+		out[i] = make([]byte, n)
+	}
+	return out
+}
+
+// writeRank writes the pages of keys as rank r of topology t, in part
+// layout l, from a pool filled with each page's content. It returns the
+// count of pages by status.
+func writeRank(ctx context.Context, st store.Store, m *manifest.Manifest, t placement.Topology, r placement.Rank, l *compiler.Layout, keys []string) (map[reshard.Status]int, error) {
+	d := &m.Descriptor
+	part, writes, err := t.Writer(d, r)
+	if err != nil {
+		return nil, err
+	}
+	b, err := plan.BindingFor(d, t, r, poolFor(l), len(keys))
+	if err != nil {
+		return nil, err
+	}
+	w, err := reshard.NewWriter(st, m, part, writes, b)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Publish(ctx); err != nil {
+		return nil, err
+	}
+	regions := newRegions(w.Geometry())
+	slots := make([]int, len(keys))
+	for i, k := range keys {
+		slots[i] = i
+		content.Fill(w.Geometry(), regions, i, content.Seed(k))
+	}
+	res, err := w.Write(ctx, keys, slots, regions)
+	if err != nil {
+		return nil, err
+	}
+	count := map[reshard.Status]int{}
+	for _, pr := range res {
+		count[pr.Status]++
+		if pr.Status == reshard.Failed {
+			return count, fmt.Errorf("write %s: %w", pr.Key, pr.Err)
+		}
+	}
+	return count, nil
+}

@@ -1,0 +1,157 @@
+// Package reshard writes KV pages from a rank's pool into a store and reads
+// them back into any other rank's pool, whatever the writer's and the
+// reader's TP, PP and memory layouts.
+//
+// A Writer publishes its topology's manifest once, then for each batch of
+// pages skips the complete ones and writes its own part of the others
+// straight from its pool (fragments, no gather copy). A Reader finds the
+// leading run of complete pages, validates their manifests, plans each
+// layout once (templates) and reads exactly the bytes its rank needs
+// straight into its pool, reporting only the pages it read in full.
+package reshard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/plan"
+	"github.com/kvreshard/kvreshard/runtime/store"
+)
+
+// Status is what happened to one page of a write.
+type Status uint8
+
+const (
+	Written  Status = iota // this rank's part was written
+	Complete               // the page was already complete: skipped, stored layout kept
+	Refused                // the page is being written in another layout
+	Replica                // this rank holds a replica; another rank writes the part
+	Failed                 // the write failed; see the error
+)
+
+func (s Status) String() string {
+	return [...]string{"written", "complete", "refused", "replica", "failed"}[s]
+}
+
+// PageResult is the outcome of writing one page.
+type PageResult struct {
+	Key    string
+	Status Status
+	Err    error
+}
+
+// Writer writes one rank's part of pages.
+type Writer struct {
+	st     store.Store
+	man    *manifest.Manifest
+	plan   *plan.WritePlan
+	writes bool
+}
+
+// NewWriter returns a writer of part `part` of manifest m, from a pool
+// bound as b. When writes is false the rank holds a replica of a part that
+// another rank writes, and Write reports every page as Replica.
+func NewWriter(st store.Store, m *manifest.Manifest, part int, writes bool, b plan.Binding) (*Writer, error) {
+	wp, err := plan.NewWritePlan(m, part, b, false)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{st: st, man: m, plan: wp, writes: writes}, nil
+}
+
+// Geometry returns the writer's pool geometry.
+func (w *Writer) Geometry() *plan.Geometry { return w.plan.Geometry() }
+
+// Publish stores the manifest as a pinned metadata object, reads it back
+// and compares: a store that returns other bytes is an error.
+func (w *Writer) Publish(ctx context.Context) error {
+	return Publish(ctx, w.st, w.man)
+}
+
+// Publish stores manifest m in st and checks it reads back unchanged.
+func Publish(ctx context.Context, st store.Store, m *manifest.Manifest) error {
+	enc := m.Encode()
+	if err := st.PutMeta(ctx, m.Key(), enc); err != nil {
+		return fmt.Errorf("publish manifest %s: %w", m.Key(), err)
+	}
+	back, err := st.GetMeta(ctx, m.Key())
+	if err != nil {
+		return fmt.Errorf("read back manifest %s: %w", m.Key(), err)
+	}
+	if !bytes.Equal(back, enc) {
+		return fmt.Errorf("manifest %s reads back as other bytes", m.Key())
+	}
+	return nil
+}
+
+// Write writes this rank's part of the pages keys[i], held at slots[i] of
+// the pool regions. It checks existence first and skips complete pages. The
+// error is for the batch as a whole (the query failed); page failures are
+// in the results.
+func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions [][]byte) ([]PageResult, error) {
+	if len(slots) != len(keys) {
+		return nil, fmt.Errorf("%d keys but %d slots", len(keys), len(slots))
+	}
+	g := w.plan.Geometry()
+	if len(regions) != len(g.Regions) {
+		return nil, fmt.Errorf("%d pool regions given; the binding has %d", len(regions), len(g.Regions))
+	}
+	for i, r := range regions {
+		if len(r) < g.Regions[i] {
+			return nil, fmt.Errorf("pool region %s has %d bytes; the binding needs %d", g.RegionNames[i], len(r), g.Regions[i])
+		}
+	}
+	res := make([]PageResult, len(keys))
+	for i, k := range keys {
+		res[i].Key = k
+		if s := slots[i]; s < 0 || s >= g.Slots {
+			return nil, fmt.Errorf("slot %d of page %d is outside the pool's %d slots", s, i, g.Slots)
+		}
+	}
+	if !w.writes {
+		for i := range res {
+			res[i].Status = Replica
+		}
+		return res, nil
+	}
+	objs, err := w.st.Query(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	var ws []store.PartWrite
+	var idx []int
+	for i, o := range objs {
+		if o.Complete {
+			res[i].Status = Complete
+			continue
+		}
+		ws = append(ws, store.PartWrite{
+			Key:      keys[i],
+			Part:     w.plan.Part,
+			Parts:    len(w.man.Parts),
+			Manifest: w.man.Key(),
+			Data:     w.plan.Data(regions, slots[i], nil),
+		})
+		idx = append(idx, i)
+	}
+	if len(ws) == 0 {
+		return res, nil
+	}
+	for j, err := range w.st.WriteParts(ctx, ws) {
+		r := &res[idx[j]]
+		switch {
+		case err == nil:
+			r.Status = Written
+		case errors.Is(err, store.ErrComplete):
+			r.Status = Complete
+		case errors.Is(err, store.ErrLayoutConflict):
+			r.Status, r.Err = Refused, err
+		default:
+			r.Status, r.Err = Failed, err
+		}
+	}
+	return res, nil
+}
