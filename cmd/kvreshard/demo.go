@@ -143,5 +143,3 @@ func gbps(bytes int, d time.Duration) float64 {
 	}
 	return float64(bytes) / d.Seconds() / 1e9
 }
-
-
