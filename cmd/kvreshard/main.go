@@ -50,8 +50,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmds := map[string]func([]string, io.Writer, io.Writer) error{
-		"plan": planCmd,
-		"demo": demoCmd,
+		"plan":  planCmd,
+		"demo":  demoCmd,
+		"write": writeCmd,
+		"read":  readCmd,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/placement"
+	"github.com/kvreshard/kvreshard/runtime/plan"
+	"github.com/kvreshard/kvreshard/runtime/reshard"
+	"github.com/kvreshard/kvreshard/runtime/store"
+)
+
+// openStore opens a store URL: a malformed URL is a usage error (exit 2),
+// a store that cannot be reached a failure (exit 1).
+func openStore(ctx context.Context, url string) (store.Store, error) {
+	if url == "" {
+		return nil, usagef("--store is required (%s)", strings.Join(store.Schemes(), ", "))
+	}
+	st, err := store.Open(ctx, url)
+	var ue *store.URLError
+	if errors.As(err, &ue) {
+		return nil, usagef("--store: %v", err)
+	}
+	return st, err
+}
+
+func parseRank(s string) (placement.Rank, error) {
+	a, b, ok := strings.Cut(s, "/")
+	tp, err1 := strconv.Atoi(a)
+	pp, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || tp < 0 || pp < 0 {
+		return placement.Rank{}, usagef("--rank %s is not TP/PP ranks like 1/0", s)
+	}
+	return placement.Rank{TP: tp, PP: pp}, nil
+}
+
+func writeCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("write", stderr)
+	storeURL := fs.String("store", "", "store `URL`: file:///dir, mem://, redis://host:port")
+	model := fs.String("model", "", "the model: layers=12,kv-heads=4,head-dim=8,dtype=fp32,page=16")
+	src := fs.String("src", "", "the writer topology: tp=1,pp=3,layout=PLHD[,pp-layers=5/4/3]")
+	pages := fs.Int("pages", 0, "number of `pages` to write")
+	rankFlag := fs.String("rank", "", "write only this rank's part (`T/P`); default: every rank")
+	prefix := fs.String("prefix", "kvreshard", "page key prefix")
+	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	custom, err := loadKVL(*kvl)
+	if err != nil {
+		return err
+	}
+	ms, err := parseModel(*model)
+	if err != nil {
+		return err
+	}
+	d := &ms.model.Descriptor
+	ts, err := parseTopo("--src", *src, d, custom, false)
+	if err != nil {
+		return err
+	}
+	if *pages < 1 {
+		return usagef("--pages is required and must be at least 1")
+	}
+	ranks := ts.topo.Ranks()
+	if *rankFlag != "" {
+		r, err := parseRank(*rankFlag)
+		if err != nil {
+			return err
+		}
+		if r.TP >= ts.topo.TP || r.PP >= ts.topo.PP {
+			return usagef("--rank %s is outside tp=%d x pp=%d", *rankFlag, ts.topo.TP, ts.topo.PP)
+		}
+		ranks = []placement.Rank{r}
+	}
+	domain := ms.model.Domain()
+	m, err := plan.ManifestFor(domain, d, ts.topo, ts.layout)
+	if err != nil {
+		return usagef("--src: %v", err)
+	}
+	ctx := context.Background()
+	st, err := openStore(ctx, *storeURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	keys := pageKeys(*prefix, domain, *pages)
+	for _, r := range ranks {
+		start := time.Now()
+		count, err := writeRank(ctx, st, m, ts.topo, r, ts.layout, keys)
+		if err != nil {
+			return fmt.Errorf("rank %d/%d: %w", r.TP, r.PP, err)
+		}
+		fmt.Fprintf(stdout, "rank %d/%d: %d written, %d already complete, %d refused (another layout), %d replica in %s\n",
+			r.TP, r.PP, count[reshard.Written], count[reshard.Complete], count[reshard.Refused], count[reshard.Replica],
+			time.Since(start).Round(time.Microsecond))
+	}
+	fmt.Fprintf(stdout, "layout %s (%s, manifest %s)\n", m.LayoutID(), ts.layout.Name, m.Key())
+	return nil
+}
+
+type readJSON struct {
+	Requested int     `json:"requested"`
+	Hit       int     `json:"hit"`
+	Verified  bool    `json:"verified"`
+	Bytes     int     `json:"bytes"`
+	Ops       int     `json:"ops"`
+	Seconds   float64 `json:"seconds"`
+	GBps      float64 `json:"gbps"`
+	Fallbacks int64   `json:"interpreter_plans"`
+	Stop      string  `json:"stop,omitempty"`
+	Error     string  `json:"error,omitempty"`
+}
+
+func readCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("read", stderr)
+	storeURL := fs.String("store", "", "store `URL`: file:///dir, mem://, redis://host:port")
+	model := fs.String("model", "", "the model: layers=12,kv-heads=4,head-dim=8,dtype=fp32,page=16")
+	dst := fs.String("dst", "", "the reader rank: tp=2,pp=2,rank=1/0,layout=page_first")
+	pages := fs.Int("pages", 0, "number of `pages` to read")
+	prefix := fs.String("prefix", "kvreshard", "page key prefix")
+	verify := fs.Bool("verify", false, "verify every restored element")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	custom, err := loadKVL(*kvl)
+	if err != nil {
+		return err
+	}
+	ms, err := parseModel(*model)
+	if err != nil {
+		return err
+	}
+	d := &ms.model.Descriptor
+	ts, err := parseTopo("--dst", *dst, d, custom, true)
+	if err != nil {
+		return err
+	}
+	if !ts.ranked {
+		return usagef("--dst: rank is required (rank=T/P, the TP rank then the PP rank)")
+	}
+	if *pages < 1 {
+		return usagef("--pages is required and must be at least 1")
+	}
+	if strings.Contains(*dst, "slots=") || strings.Contains(*dst, "slot=") {
+		return usagef("--dst: slots and slot are chosen by read: page i goes to slot i of a pool of --pages slots")
+	}
+	b, err := plan.BindingFor(d, ts.topo, ts.rank, ts.layout, *pages)
+	if err != nil {
+		return usagef("--dst: %v", err)
+	}
+	ctx := context.Background()
+	st, err := openStore(ctx, *storeURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	domain := ms.model.Domain()
+	rd, err := reshard.NewReader(st, domain, d, b, reshard.ReaderOptions{})
+	if err != nil {
+		return usagef("--dst: %v", err)
+	}
+	keys := pageKeys(*prefix, domain, *pages)
+	slots := make([]int, len(keys))
+	for i := range slots {
+		slots[i] = i
+	}
+	regions := newRegions(rd.Geometry())
+	start := time.Now()
+	res, err := rd.Read(ctx, keys, slots, regions)
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	out := readJSON{Requested: len(keys), Hit: res.Hit, Verified: *verify, Bytes: res.Bytes, Ops: res.Ops,
+		Seconds: elapsed.Seconds(), GBps: gbps(res.Bytes, elapsed), Fallbacks: rd.Stats().Fallbacks}
+	if res.Stop != nil {
+		out.Stop = res.Stop.Error()
+	}
+	if *verify {
+		for i := 0; i < res.Hit; i++ {
+			if err := content.Verify(rd.Geometry(), regions, i, content.Seed(keys[i])); err != nil {
+				out.Verified = false
+				out.Error = fmt.Sprintf("page %d (%s): %v", i, keys[i], err)
+				break
+			}
+		}
+	}
+	if *asJSON {
+		if err := json.NewEncoder(stdout).Encode(out); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "read %d of %d pages: %d bytes in %d ops, %s (%.2f GB/s)\n", out.Hit, out.Requested, out.Bytes, out.Ops,
+			elapsed.Round(time.Microsecond), out.GBps)
+		if out.Stop != "" {
+			fmt.Fprintf(stdout, "stopped: %s\n", out.Stop)
+		}
+		if *verify && out.Verified {
+			fmt.Fprintf(stdout, "verified every element of %d pages\n", out.Hit)
+		}
+	}
+	if *verify && !out.Verified {
+		if !*asJSON {
+			fmt.Fprintf(stderr, "kvreshard read: %s\n", out.Error)
+		}
+		return errFailed
+	}
+	return nil
+}
