@@ -251,7 +251,7 @@ func (p *Planner) Verify(pl *Plan) error {
 		if op.Part < 0 || int(op.Part) >= len(pl.Manifest.Parts) {
 			return fmt.Errorf("%w: op %d reads part %d of %d", ErrBounds, i, op.Part, len(pl.Manifest.Parts))
 		}
-		if n := partBytes[op.Part]; op.Src < 0 || op.Src+op.Len > n {
+		if n := partBytes[op.Part]; op.Src < 0 || op.Src > n-op.Len {
 			return fmt.Errorf("%w: op %d reads [%d,%d) of part %d, which has %d bytes", ErrBounds, i, op.Src, op.Src+op.Len, op.Part, n)
 		}
 		r := int(op.Region)
@@ -265,7 +265,7 @@ func (p *Planner) Verify(pl *Plan) error {
 			// a run may cross from one into the next.
 			room *= g.Blocks[r] - block
 		}
-		if op.Dst < 0 || block >= g.Blocks[r] || within+op.Len > room {
+		if op.Dst < 0 || block >= g.Blocks[r] || op.Len > room-within {
 			return fmt.Errorf("%w: op %d writes [%d,%d) of region %s, outside the page at slot 0", ErrBounds, i, op.Dst, op.Dst+op.Len, g.RegionNames[r])
 		}
 		lo := (block*g.BlockBytes[r] + within) / it
