@@ -277,6 +277,10 @@ func (p *Planner) Verify(pl *Plan) error {
 	if total != g.PageBytes {
 		return fmt.Errorf("%w: the ops write %d of the page's %d bytes", ErrCoverage, total, g.PageBytes)
 	}
+	if pl.Bytes != total {
+		// The byte limit above was checked against pl.Bytes.
+		return fmt.Errorf("%w: the plan says %d bytes but its ops write %d", ErrCoverage, pl.Bytes, total)
+	}
 	return nil
 }
 
