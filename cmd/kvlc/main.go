@@ -66,12 +66,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	var srcs []compiler.Source
 	for _, name := range fs.Args() {
 		if !strings.HasSuffix(name, ".kvl") {
 			fmt.Fprintf(stderr, "kvlc: %s: not a .kvl file\n", name)
 			return 2
 		}
+	}
+	var srcs []compiler.Source
+	for _, name := range fs.Args() {
 		text, err := os.ReadFile(name)
 		if err != nil {
 			fmt.Fprintf(stderr, "kvlc: %v\n", err)
