@@ -29,6 +29,9 @@ func splittable(a string) bool { return a == "T" || a == "D" }
 
 // Check returns every semantic error in f, in position order, or nil.
 func Check(f *File) ErrorList {
+	if f == nil {
+		return nil
+	}
 	var errs ErrorList
 	first := map[string]*Layout{}
 	for _, l := range f.Layouts {
@@ -66,7 +69,9 @@ func checkLayout(l *Layout) ErrorList {
 	if l.Kind != "part" && l.Kind != "pool" {
 		add(l.Pos, "unknown layout kind %q; kinds are part and pool", l.Kind)
 	}
-	if !identRE.MatchString(l.Name) {
+	if l.Name == "part" || l.Name == "pool" || l.Name == "order" {
+		add(l.Pos, "invalid layout name %q; part, pool and order are keywords", l.Name)
+	} else if !identRE.MatchString(l.Name) {
 		add(l.Pos, "invalid layout name %q; a name is a letter or _ followed by letters, digits and _", l.Name)
 	}
 	uses := map[string]*axisUse{}

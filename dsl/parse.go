@@ -13,9 +13,12 @@ import (
 )
 
 // kvlLexer splits .kvl text into tokens. BadString catches a string that is
-// not closed on its line, so that it gets its own message.
+// not closed on its line, so that it gets its own message. Keywords are their
+// own token type, so that a layout missing its "}" is reported at the next
+// declaration rather than after reading its keyword and name as axes.
 var kvlLexer = lexer.MustSimple([]lexer.SimpleRule{
 	{Name: "Comment", Pattern: `//[^\n]*`},
+	{Name: "Keyword", Pattern: `(?:part|pool|order)\b`},
 	{Name: "String", Pattern: `"(?:\\.|[^"\\\n])*"`},
 	{Name: "BadString", Pattern: `"(?:\\.|[^"\\\n])*\\?`},
 	{Name: "Int", Pattern: `[0-9]+`},
@@ -134,8 +137,11 @@ func (e *OrderError) Error() string {
 		return msg + "invalid"
 	}
 	first := e.Errs[0]
-	if first.Pos.Line > 0 {
+	switch {
+	case first.Pos.Line == 1:
 		msg += fmt.Sprintf("column %d: ", first.Pos.Column)
+	case first.Pos.Line > 1:
+		msg += fmt.Sprintf("line %d, column %d: ", first.Pos.Line, first.Pos.Column)
 	}
 	msg += first.Msg
 	switch n := len(e.Errs) - 1; n {
