@@ -74,7 +74,13 @@ func NewWritePlan(m *manifest.Manifest, i int, b Binding, requireCompiled bool) 
 		}
 		reg := int(r.SrcRegion)
 		block, within := r.Src/g.BlockStride[reg], r.Src%g.BlockStride[reg]
-		if block >= g.Blocks[reg] || within+r.Len > g.BlockBytes[reg] {
+		room := g.BlockBytes[reg]
+		if g.BlockStride[reg] == g.BlockBytes[reg] {
+			// Adjacent blocks (one slot) are one contiguous footprint, and
+			// a run may cross from one into the next (as in Verify).
+			room *= g.Blocks[reg] - block
+		}
+		if block >= g.Blocks[reg] || r.Len > room-within {
 			return nil, fmt.Errorf("%w: a write run reads [%d,%d) of region %s, outside the page at slot 0", ErrBounds, r.Src, r.Src+r.Len, g.RegionNames[reg])
 		}
 		wp.Fragments = append(wp.Fragments, Fragment{Region: r.SrcRegion, Src: r.Src, Len: r.Len})
