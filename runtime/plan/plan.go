@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -158,32 +159,50 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 		Dims:     d.HeadDims,
 		Dst:      kernel.Side{Layers: len(b.Layers), Heads: b.Heads, Slots: b.Slots},
 	}
-	var runs []kernel.Run
-	var layers []kernel.LayerPair
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	ops := sc.ops[:0]
 	for i, part := range m.Parts {
 		h0 := max(part.HeadStart, b.HeadStart)
 		h1 := min(part.HeadStart+part.HeadCount, b.HeadStart+b.Heads)
 		if h1 <= h0 {
 			continue
 		}
-		layers = commonLayers(layers[:0], part.Layers, b.Layers)
-		if len(layers) == 0 {
+		sc.layers = commonLayers(sc.layers[:0], part.Layers, b.Layers)
+		if len(sc.layers) == 0 {
 			continue
 		}
 		prob.Src = kernel.Side{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true}
-		prob.Layers = layers
+		prob.Layers = sc.layers
 		prob.SrcHead, prob.DstHead, prob.Heads = h0-part.HeadStart, h0-b.HeadStart, h1-h0
-		runs = k.Range(&prob, runs[:0])
-		for _, r := range runs {
-			pl.Ops = append(pl.Ops, Op{Part: int32(i), Region: r.DstRegion, Src: r.Src, Dst: r.Dst, Len: r.Len})
+		sc.runs = k.Range(&prob, sc.runs[:0])
+		for _, r := range sc.runs {
+			ops = append(ops, Op{Part: int32(i), Region: r.DstRegion, Src: r.Src, Dst: r.Dst, Len: r.Len})
 			pl.Bytes += r.Len
 		}
 	}
+	sc.ops = ops
+	// One allocation of the plan's exact size, instead of growing it op by
+	// op: growth copies were most of the time of building a large plan.
+	pl.Ops = slices.Clone(ops)
 	if err := p.Verify(pl); err != nil {
 		return nil, err
 	}
 	return pl, nil
 }
+
+// scratch is what Build reuses from one plan to the next: the layer pairs
+// and runs of one part, and the ops of the plan.
+type scratch struct {
+	layers []kernel.LayerPair
+	runs   []kernel.Run
+	ops    []Op
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// bitsPool holds the bitsets of Verify, one bit per item of a page.
+var bitsPool = sync.Pool{New: func() any { return new([]uint64) }}
 
 // commonLayers appends the layers both sorted lists hold, as index pairs.
 func commonLayers(out []kernel.LayerPair, src, dst []int) []kernel.LayerPair {
@@ -236,8 +255,20 @@ func (p *Planner) Verify(pl *Plan) error {
 	}
 	// One bit per item of the page's footprint in each region.
 	seen := make([][]uint64, len(g.Regions))
+	words := 0
 	for r := range seen {
-		seen[r] = make([]uint64, (g.Blocks[r]*g.BlockBytes[r]/it+63)/64)
+		words += (g.Blocks[r]*g.BlockBytes[r]/it + 63) / 64
+	}
+	bits := bitsPool.Get().(*[]uint64)
+	defer bitsPool.Put(bits)
+	if cap(*bits) < words {
+		*bits = make([]uint64, words)
+	}
+	all := (*bits)[:words]
+	clear(all)
+	for r := range seen {
+		n := (g.Blocks[r]*g.BlockBytes[r]/it + 63) / 64
+		seen[r], all = all[:n:n], all[n:]
 	}
 	partBytes := make([]int, len(pl.Manifest.Parts))
 	for i := range partBytes {
