@@ -17,6 +17,7 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/store"
 	_ "github.com/kvreshard/kvreshard/runtime/store/filestore"
 	_ "github.com/kvreshard/kvreshard/runtime/store/memstore"
+	_ "github.com/kvreshard/kvreshard/runtime/store/redisstore"
 )
 
 // The demo's model: small enough to run in seconds, with uneven PP stages
