@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
@@ -32,6 +33,29 @@ type Plan struct {
 	// Interpreted is true when a pair of this plan had no compiled kernels
 	// and ran on the interpreter.
 	Interpreted bool
+
+	// Strategy is how the plan moves the bytes (strategy.go). Ops are always
+	// the runs, one destination segment each, that the proof covers; a
+	// direct plan issues each as one transport operation (Reads is nil),
+	// while scatter and staged plans issue Reads, each feeding a slice of
+	// Ops.
+	Strategy Strategy
+	Reads    []Read
+	// ReadBytes is what the transport moves: Bytes, plus for a staged plan
+	// the unneeded bytes its reads include.
+	ReadBytes int
+	// StageBytes is the largest staging round of a staged plan, Rounds how
+	// many rounds it has.
+	StageBytes int
+	Rounds     int
+	// Estimate is the cost model's time for the plan on the planner's
+	// transport; Estimates has that of each strategy considered (0: not
+	// considered or not valid).
+	Estimate  time.Duration
+	Estimates [Auto]time.Duration
+	// copies has, per part, the kernel copy of a staged read that holds
+	// the whole part.
+	copies []*partCopy
 }
 
 // Errors of plan validation, tested with errors.Is; the error text says
@@ -55,6 +79,22 @@ type Options struct {
 	RequireCompiled bool
 	// Templates bounds the template cache (layouts); 0 means 64.
 	Templates int
+
+	// Strategy is the plans' strategy; Auto lets the cost model of
+	// Transport choose per template. The zero value is Direct.
+	Strategy Strategy
+	// Transport is the cost model (nil: MemoryTransport).
+	Transport *Transport
+	// MaxSegments bounds the destination segments of a scatter read (0:
+	// the transport's default; at most its SegmentLimit).
+	MaxSegments int
+	// StageBytes bounds the staging memory of a staged plan: one round of
+	// staging reads, and so one read (0: DefaultStageBytes).
+	StageBytes int
+	// MaxGap is the largest run of unneeded bytes a staged read may include
+	// between needed ones (0: what the transport moves in the time of one
+	// operation; -1: none).
+	MaxGap int
 }
 
 // Planner plans the reads of one rank into one binding.
@@ -80,6 +120,9 @@ func NewPlanner(d *manifest.Descriptor, b Binding, opts Options) (*Planner, erro
 	}
 	if opts.Templates <= 0 {
 		opts.Templates = 64
+	}
+	if err := opts.resolveStrategy(d.ItemSize); err != nil {
+		return nil, err
 	}
 	return &Planner{geo: g, opts: opts, kernels: map[string]*kernel.Kernels{}, templates: newLRU(opts.Templates)}, nil
 }
@@ -185,10 +228,7 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 	// One allocation of the plan's exact size, instead of growing it op by
 	// op: growth copies were most of the time of building a large plan.
 	pl.Ops = slices.Clone(ops)
-	if err := p.Verify(pl); err != nil {
-		return nil, err
-	}
-	return pl, nil
+	return p.choose(m, k, pl)
 }
 
 // scratch is what Build reuses from one plan to the next: the layer pairs
@@ -243,12 +283,14 @@ func sameDescriptor(a, b *manifest.Descriptor) bool {
 // Verify proves a plan before any transfer: every op inside its part, its
 // region and the page's footprint at slot 0, aligned to the item size; no
 // destination byte written twice; the page's footprint covered exactly;
-// the op count and bytes under the limits.
+// the op count (transport operations) and bytes under the limits; and the
+// reads of a scatter or staged plan feeding every op exactly once within
+// their segment and staging bounds (verifyReads).
 func (p *Planner) Verify(pl *Plan) error {
 	g := p.geo
 	it := g.Desc.ItemSize
-	if p.opts.MaxOps > 0 && len(pl.Ops) > p.opts.MaxOps {
-		return fmt.Errorf("%w: %d ops; the limit is %d", ErrLimit, len(pl.Ops), p.opts.MaxOps)
+	if p.opts.MaxOps > 0 && pl.OpCount() > p.opts.MaxOps {
+		return fmt.Errorf("%w: %d ops; the limit is %d", ErrLimit, pl.OpCount(), p.opts.MaxOps)
 	}
 	if p.opts.MaxBytes > 0 && pl.Bytes > p.opts.MaxBytes {
 		return fmt.Errorf("%w: %d bytes; the limit is %d", ErrLimit, pl.Bytes, p.opts.MaxBytes)
@@ -312,7 +354,7 @@ func (p *Planner) Verify(pl *Plan) error {
 		// The byte limit above was checked against pl.Bytes.
 		return fmt.Errorf("%w: the plan says %d bytes but its ops write %d", ErrCoverage, pl.Bytes, total)
 	}
-	return nil
+	return p.verifyReads(pl, partBytes)
 }
 
 // setBits sets bits [lo, lo+n) and returns the first that was already set,

@@ -1,0 +1,160 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Transport is the cost model of one way of moving bytes from a store into
+// a pool: what an operation costs, what each extra scatter segment costs,
+// the bandwidth, the scatter-list bounds, and how fast this machine copies
+// out of a staging buffer. Estimate turns a plan into a time; Auto keeps
+// the plan with the lowest.
+type Transport struct {
+	Name string
+	// OpNS is the time of one transport operation in ns, amortized over a
+	// batch: a pipelined command, a system call, an RDMA work request.
+	OpNS float64
+	// SegmentNS is what each destination segment past the first adds to a
+	// scatter read.
+	SegmentNS float64
+	// Bandwidth is the bytes per second the transport moves.
+	Bandwidth float64
+	// Segments is the default bound of a scatter list, SegmentLimit the
+	// largest the transport takes.
+	Segments, SegmentLimit int
+	// CopyBandwidth (bytes per second) and CopyRunNS (ns per run) are the
+	// speed of the local copies out of a staging buffer. Zero means
+	// measured once in this process (LocalCopy).
+	CopyBandwidth float64
+	CopyRunNS     float64
+}
+
+// The default transports. The store figures are first estimates; they are
+// replaced by measurements of this machine in a later change.
+
+// MemoryTransport is the in-process store (mem://): a range is a map
+// lookup and a copy.
+func MemoryTransport() Transport {
+	return Transport{Name: "memory", OpNS: 100, SegmentNS: 25, Bandwidth: 7.3e9, Segments: 4, SegmentLimit: 1024}
+}
+
+// FileTransport is the file store (file://): a range is a positioned read
+// from the page cache, one system call per segment.
+func FileTransport() Transport {
+	return Transport{Name: "file", OpNS: 1900, SegmentNS: 1600, Bandwidth: 3.6e9, Segments: 4, SegmentLimit: 1024}
+}
+
+// RedisTransport is a Redis server on loopback (redis://): a range is one
+// pipelined GETRANGE, and its segments are filled by local copies from the
+// reply, so the bound of a scatter list is ours.
+func RedisTransport() Transport {
+	return Transport{Name: "redis", OpNS: 3400, SegmentNS: 30, Bandwidth: 1.4e9, Segments: 64, SegmentLimit: 1024}
+}
+
+// RDMATransport models one-sided RDMA reads for planning only (nothing in
+// this repository posts them): a work request with a scatter list of at
+// most 30 entries (what NICs allow; Mooncake's transfer engine posts 4 by
+// default), 250 ns of CPU and NIC work per request, 10 ns per extra entry,
+// and a 200 Gb/s link.
+func RDMATransport() Transport {
+	return Transport{Name: "rdma", OpNS: 250, SegmentNS: 10, Bandwidth: 200e9 / 8, Segments: 4, SegmentLimit: 30}
+}
+
+// TransportNamed returns the default transport of a name: memory, file,
+// redis or rdma.
+func TransportNamed(name string) (Transport, error) {
+	switch name {
+	case "memory":
+		return MemoryTransport(), nil
+	case "file":
+		return FileTransport(), nil
+	case "redis":
+		return RedisTransport(), nil
+	case "rdma":
+		return RDMATransport(), nil
+	}
+	return Transport{}, fmt.Errorf("unknown transport %q; transports are memory, file, redis, rdma", name)
+}
+
+// Validate returns why t is not a usable cost model, or nil.
+func (t *Transport) Validate() error {
+	switch {
+	case !(t.OpNS >= 0) || !(t.SegmentNS >= 0) || !(t.CopyRunNS >= 0):
+		return fmt.Errorf("transport %s: costs must be non-negative", t.Name)
+	case !(t.Bandwidth > 0) || math.IsInf(t.Bandwidth, 0) || !(t.CopyBandwidth >= 0):
+		return fmt.Errorf("transport %s: bandwidth must be positive", t.Name)
+	case t.SegmentLimit < 1 || t.Segments < 1 || t.Segments > t.SegmentLimit:
+		return fmt.Errorf("transport %s: default segments %d must be within 1 and the limit %d", t.Name, t.Segments, t.SegmentLimit)
+	}
+	return nil
+}
+
+// BreakEvenGap is the unneeded bytes the transport moves in the time of
+// one operation: bridging a smaller gap is cheaper than another read.
+func (t *Transport) BreakEvenGap() int {
+	return int(t.OpNS * t.Bandwidth / 1e9)
+}
+
+// readNS is the time of n operations moving bytes.
+func (t *Transport) readNS(n, bytes int) float64 {
+	return float64(n)*t.OpNS + float64(bytes)/t.Bandwidth*1e9
+}
+
+// Estimate is the time the plan takes on the transport: its operations and
+// bytes; for a scatter plan its extra segments; for a staged plan the
+// local copies of its runs out of the staging buffer.
+func (t *Transport) Estimate(pl *Plan) time.Duration {
+	ns := t.readNS(pl.OpCount(), pl.ReadBytes)
+	switch pl.Strategy {
+	case Scatter:
+		ns += float64(len(pl.Ops)-len(pl.Reads)) * t.SegmentNS
+	case Staged:
+		bw, run := t.CopyBandwidth, t.CopyRunNS
+		if bw == 0 {
+			bw, run = LocalCopy()
+		}
+		ns += float64(pl.Bytes)/bw*1e9 + float64(len(pl.Ops))*run
+	}
+	return time.Duration(math.Ceil(ns))
+}
+
+var (
+	copyOnce        sync.Once
+	copyBW, copyRun float64
+)
+
+// LocalCopy returns this machine's local copy speed, measured once per
+// process (a few milliseconds, the first time a staged plan is
+// estimated): bytes per second of one large copy, and ns per run beyond
+// its bytes for copies of 256-byte runs.
+func LocalCopy() (bandwidth, runNS float64) {
+	copyOnce.Do(func() { copyBW, copyRun = measureCopy(4<<20, 256, 5) })
+	return copyBW, copyRun
+}
+
+// measureCopy times copies of size bytes: whole, and as runs of run bytes
+// taken from every other run of the source; best of reps.
+func measureCopy(size, run, reps int) (bandwidth, runNS float64) {
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	whole, runs := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	for range reps {
+		start := time.Now()
+		copy(dst, src)
+		whole = min(whole, time.Since(start))
+		start = time.Now()
+		for o := 0; o+2*run <= size; o += 2 * run {
+			copy(dst[o/2:o/2+run], src[o:o+run])
+		}
+		runs = min(runs, time.Since(start))
+	}
+	bandwidth = float64(size) / max(whole.Seconds(), 1e-9)
+	n := size / (2 * run)
+	runNS = (float64(runs.Nanoseconds()) - float64(size/2)/bandwidth*1e9) / float64(n)
+	return bandwidth, max(runNS, 0)
+}
