@@ -1,0 +1,58 @@
+package kernel_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/runtime/kernel"
+)
+
+func TestRegister(t *testing.T) {
+	pair := kernel.Pair{Src: "part(test register)", Dst: "pool(test register)"}
+	require.Nil(t, kernel.Lookup(pair))
+	n := kernel.Registered()
+	a := &kernel.Kernels{Pair: pair, Digest: "aaaa", Origin: "a.kvl: x -> y"}
+	require.NoError(t, kernel.Register(a))
+	require.Equal(t, n+1, kernel.Registered())
+	require.Same(t, a, kernel.Lookup(pair))
+
+	// The same lowering again, from another file: a no-op.
+	require.NoError(t, kernel.Register(&kernel.Kernels{Pair: pair, Digest: "aaaa", Origin: "b.kvl: x2 -> y2"}))
+	require.Same(t, a, kernel.Lookup(pair))
+	require.Equal(t, n+1, kernel.Registered())
+
+	// Another lowering of the same pair: an error naming both.
+	err := kernel.Register(&kernel.Kernels{Pair: pair, Digest: "bbbb", Origin: "c.kvl: u -> v"})
+	require.EqualError(t, err, "kernel: conflicting kernels for part(test register) -> pool(test register): "+
+		"a.kvl: x -> y (digest aaaa) and c.kvl: u -> v (digest bbbb)")
+	require.Same(t, a, kernel.Lookup(pair))
+	require.PanicsWithError(t, err.Error(), func() {
+		kernel.MustRegister(&kernel.Kernels{Pair: pair, Digest: "bbbb", Origin: "c.kvl: u -> v"})
+	})
+}
+
+func TestEmit(t *testing.T) {
+	var runs []kernel.Run
+	runs = kernel.Emit(runs, kernel.Run{Src: 0, Dst: 100, Len: 8})
+	runs = kernel.Emit(runs, kernel.Run{Src: 8, Dst: 108, Len: 8})                // continues both sides
+	runs = kernel.Emit(runs, kernel.Run{Src: 16, Dst: 200, Len: 8})               // not the destination
+	runs = kernel.Emit(runs, kernel.Run{Src: 24, Dst: 208, Len: 8, DstRegion: 1}) // not the region
+	runs = kernel.Emit(runs, kernel.Run{Src: 32, Dst: 216, Len: 8, DstRegion: 1})
+	runs = kernel.Emit(runs, kernel.Run{Src: 40, Dst: 224, Len: 8, DstRegion: 1, SrcRegion: 1})
+	require.Equal(t, []kernel.Run{
+		{Src: 0, Dst: 100, Len: 16},
+		{Src: 16, Dst: 200, Len: 8},
+		{Src: 24, Dst: 208, Len: 16, DstRegion: 1},
+		{Src: 40, Dst: 224, Len: 8, DstRegion: 1, SrcRegion: 1},
+	}, runs)
+	require.Equal(t, 232, runs[3].End())
+}
+
+func TestConsecutiveLayers(t *testing.T) {
+	require.True(t, kernel.ConsecutiveLayers(nil))
+	require.True(t, kernel.ConsecutiveLayers([]kernel.LayerPair{{Src: 3, Dst: 0}}))
+	require.True(t, kernel.ConsecutiveLayers([]kernel.LayerPair{{Src: 3, Dst: 0}, {Src: 4, Dst: 1}, {Src: 5, Dst: 2}}))
+	require.False(t, kernel.ConsecutiveLayers([]kernel.LayerPair{{Src: 3, Dst: 0}, {Src: 5, Dst: 1}}))
+	require.False(t, kernel.ConsecutiveLayers([]kernel.LayerPair{{Src: 3, Dst: 0}, {Src: 4, Dst: 2}}))
+}
