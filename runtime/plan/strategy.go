@@ -483,3 +483,7 @@ func (p *Planner) verifyReads(pl *Plan, partBytes []int) error {
 	}
 	return nil
 }
+
+// StageBound returns the planner's bound of staging memory: a staged
+// plan's rounds each fit a buffer of this size.
+func (p *Planner) StageBound() int { return p.opts.StageBytes }

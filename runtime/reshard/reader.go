@@ -48,6 +48,10 @@ type Reader struct {
 	order     *list.List
 
 	requests, pages, hits, misses, bytes, ops, rejected atomic.Int64
+
+	// stages holds staging buffers of the planner's staging bound, one per
+	// Read in progress that has staged plans.
+	stages sync.Pool
 }
 
 // NewReader returns a reader of pages of the model domain into a pool
@@ -60,7 +64,9 @@ func NewReader(st store.Store, domain string, d *manifest.Descriptor, b plan.Bin
 	if opts.Manifests <= 0 {
 		opts.Manifests = 64
 	}
-	return &Reader{st: st, domain: domain, planner: p, opts: opts, manifests: map[string]*list.Element{}, order: list.New()}, nil
+	r := &Reader{st: st, domain: domain, planner: p, opts: opts, manifests: map[string]*list.Element{}, order: list.New()}
+	r.stages.New = func() any { return new([]byte) }
+	return r, nil
 }
 
 // Planner returns the reader's planner.
@@ -169,37 +175,168 @@ func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [
 	if n == 0 {
 		return res, nil
 	}
-	// One batch of ranges for every page, in page order.
-	total := 0
-	for _, t := range tpls {
-		total += len(t.Ops)
-	}
-	ranges := make([]store.Range, 0, total)
-	segs := make([][]byte, total)
-	ends := make([]int, n) // ranges of page i end at ends[i]
-	var ops []plan.Op
-	for i, t := range tpls {
-		ops = r.planner.Instantiate(t, slots[i], ops[:0])
-		for _, op := range ops {
-			k := len(ranges)
-			segs[k] = regions[op.Region][op.Dst : op.Dst+op.Len]
-			ranges = append(ranges, store.Range{Key: keys[i], Part: int(op.Part), Off: op.Src, Dst: segs[k : k+1 : k+1]})
+	x := r.newExec(ctx, tpls, keys, slots, regions)
+	defer x.release()
+	for i := range tpls {
+		if !x.add(i) {
+			break
 		}
-		ends[i] = len(ranges)
 	}
-	done, err := r.st.ReadRanges(ctx, ranges)
-	for i := 0; i < n && ends[i] <= done; i++ {
-		res.Hit++
-		res.Bytes += tpls[i].Bytes
-		res.Ops += len(tpls[i].Ops)
+	x.flush()
+	res.Hit = x.hit
+	for _, t := range tpls[:x.hit] {
+		res.Bytes += t.Bytes
+		res.Ops += t.OpCount()
 	}
-	if done < len(ranges) {
-		if err == nil {
-			err = fmt.Errorf("store read %d of %d ranges", done, len(ranges))
-		}
-		res.Stop = fmt.Errorf("page %s: %w", keys[res.Hit], err)
+	if x.err != nil {
+		res.Stop = fmt.Errorf("page %s: %w", keys[res.Hit], x.err)
 	}
 	return res, nil
+}
+
+// exec issues the ranges of a request's plans in page order, in batches:
+// direct and scatter ranges read straight into the pool; the reads of a
+// staged round take room in the staging buffer, and when a round does not
+// fit, the batch so far is read and its rounds are copied out first. A
+// page counts once every range of it is read and every copy of it done.
+type exec struct {
+	r       *Reader
+	ctx     context.Context
+	tpls    []*plan.Plan
+	keys    []string
+	slots   []int
+	regions [][]byte
+
+	ranges []store.Range
+	segs   [][]byte
+	ops    []plan.Op
+	units  []unit
+	start  int // first range of the batch
+	stage  *[]byte
+	used   int // staging bytes the batch uses
+
+	hit int   // pages read in full
+	err error // why the reads stopped
+}
+
+// unit is a run of ranges of one page that ends at end: the whole page, or
+// one staging round of reads [reads[0], reads[1]) placed at base.
+type unit struct {
+	page  int
+	end   int
+	last  bool // the page's last unit
+	reads [2]int
+	base  int
+}
+
+func (r *Reader) newExec(ctx context.Context, tpls []*plan.Plan, keys []string, slots []int, regions [][]byte) *exec {
+	nr, ns := 0, 0
+	for _, t := range tpls {
+		nr += t.OpCount()
+		if t.Strategy == plan.Staged {
+			ns += len(t.Reads)
+		} else {
+			ns += len(t.Ops)
+		}
+	}
+	return &exec{r: r, ctx: ctx, tpls: tpls, keys: keys, slots: slots, regions: regions,
+		ranges: make([]store.Range, 0, nr), segs: make([][]byte, 0, ns)}
+}
+
+// add adds the ranges of page i, reading the batch first when the page's
+// staging does not fit. It returns false when a read failed.
+func (x *exec) add(i int) bool {
+	t, key := x.tpls[i], x.keys[i]
+	x.ops = x.r.planner.Instantiate(t, x.slots[i], x.ops[:0])
+	switch t.Strategy {
+	case plan.Staged:
+		if x.stage == nil {
+			x.stage = x.r.stages.Get().(*[]byte)
+			if len(*x.stage) < x.r.planner.StageBound() {
+				*x.stage = make([]byte, x.r.planner.StageBound())
+			}
+		}
+		for a := 0; a < len(t.Reads); {
+			b, foot := a, 0
+			for ; b < len(t.Reads) && t.Reads[b].Round == t.Reads[a].Round; b++ {
+				foot = max(foot, t.Reads[b].Stage+t.Reads[b].Len)
+			}
+			base := (x.used + 63) &^ 63
+			if base+foot > len(*x.stage) {
+				if !x.flush() {
+					return false
+				}
+				base = 0
+			}
+			for _, rd := range t.Reads[a:b] {
+				s := base + rd.Stage
+				x.segs = append(x.segs, (*x.stage)[s:s+rd.Len])
+				n := len(x.segs)
+				x.ranges = append(x.ranges, store.Range{Key: key, Part: int(rd.Part), Off: rd.Src, Dst: x.segs[n-1 : n : n]})
+			}
+			x.used = base + foot
+			x.units = append(x.units, unit{page: i, end: len(x.ranges), last: b == len(t.Reads), reads: [2]int{a, b}, base: base})
+			a = b
+		}
+		return true
+	case plan.Scatter:
+		for _, rd := range t.Reads {
+			n := len(x.segs)
+			for _, op := range x.ops[rd.First : rd.First+rd.N] {
+				x.segs = append(x.segs, x.regions[op.Region][op.Dst:op.Dst+op.Len])
+			}
+			x.ranges = append(x.ranges, store.Range{Key: key, Part: int(rd.Part), Off: rd.Src, Dst: x.segs[n:len(x.segs):len(x.segs)]})
+		}
+	default:
+		for _, op := range x.ops {
+			x.segs = append(x.segs, x.regions[op.Region][op.Dst:op.Dst+op.Len])
+			n := len(x.segs)
+			x.ranges = append(x.ranges, store.Range{Key: key, Part: int(op.Part), Off: op.Src, Dst: x.segs[n-1 : n : n]})
+		}
+	}
+	x.units = append(x.units, unit{page: i, end: len(x.ranges), last: true})
+	return true
+}
+
+// flush reads the batch, runs the copies of the staged rounds read in
+// full, and counts the pages done. It returns false when a read failed.
+func (x *exec) flush() bool {
+	batch := x.ranges[x.start:]
+	if len(batch) == 0 {
+		return true
+	}
+	done, err := x.r.st.ReadRanges(x.ctx, batch)
+	for _, u := range x.units {
+		if u.end-x.start > done {
+			break
+		}
+		t := x.tpls[u.page]
+		for k := u.reads[0]; k < u.reads[1]; k++ {
+			rd := &t.Reads[k]
+			s := u.base + rd.Stage
+			x.r.planner.CopyStaged(t, k, (*x.stage)[s:s+rd.Len], x.regions, x.slots[u.page])
+		}
+		if u.last {
+			x.hit = u.page + 1
+		}
+	}
+	x.units, x.start, x.used = x.units[:0], len(x.ranges), 0
+	if done < len(batch) {
+		if err == nil {
+			err = fmt.Errorf("store read %d of %d ranges", done, len(batch))
+		}
+		x.err = err
+		return false
+	}
+	return true
+}
+
+// release returns the staging buffer.
+func (x *exec) release() {
+	if x.stage != nil {
+		x.r.stages.Put(x.stage)
+		x.stage = nil
+	}
 }
 
 // checkObject checks a stored object against its manifest.
