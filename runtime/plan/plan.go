@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -301,12 +302,12 @@ func (p *Planner) Verify(pl *Plan) error {
 	for r := range seen {
 		words += (g.Blocks[r]*g.BlockBytes[r]/it + 63) / 64
 	}
-	bits := bitsPool.Get().(*[]uint64)
-	defer bitsPool.Put(bits)
-	if cap(*bits) < words {
-		*bits = make([]uint64, words)
+	pooled := bitsPool.Get().(*[]uint64)
+	defer bitsPool.Put(pooled)
+	if cap(*pooled) < words {
+		*pooled = make([]uint64, words)
 	}
-	all := (*bits)[:words]
+	all := (*pooled)[:words]
 	clear(all)
 	for r := range seen {
 		n := (g.Blocks[r]*g.BlockBytes[r]/it + 63) / 64
@@ -316,9 +317,13 @@ func (p *Planner) Verify(pl *Plan) error {
 	for i := range partBytes {
 		partBytes[i] = pl.Manifest.PartBytes(i)
 	}
+	// Item sizes are 1, 2 or 4 (Descriptor.Validate): mask and shift
+	// instead of dividing, and divide by the block stride only when the
+	// footprint has more than one block.
+	mask, shift := it-1, bits.TrailingZeros(uint(it))
 	total := 0
 	for i, op := range pl.Ops {
-		if op.Src%it != 0 || op.Dst%it != 0 || op.Len%it != 0 || op.Len <= 0 {
+		if (op.Src|op.Dst|op.Len)&mask != 0 || op.Len <= 0 {
 			return fmt.Errorf("%w: op %d (part %d, src %d, dst %d, len %d) with item size %d", ErrAlignment, i, op.Part, op.Src, op.Dst, op.Len, it)
 		}
 		if op.Part < 0 || int(op.Part) >= len(pl.Manifest.Parts) {
@@ -331,7 +336,10 @@ func (p *Planner) Verify(pl *Plan) error {
 		if r < 0 || r >= len(g.Regions) {
 			return fmt.Errorf("%w: op %d writes region %d of %d", ErrBounds, i, r, len(g.Regions))
 		}
-		block, within := op.Dst/g.BlockStride[r], op.Dst%g.BlockStride[r]
+		block, within := 0, op.Dst
+		if g.Blocks[r] > 1 {
+			block, within = op.Dst/g.BlockStride[r], op.Dst%g.BlockStride[r]
+		}
 		room := g.BlockBytes[r] // footprint bytes from the op's block on
 		if g.BlockStride[r] == g.BlockBytes[r] {
 			// Adjacent blocks (one slot) are one contiguous footprint, and
@@ -341,8 +349,8 @@ func (p *Planner) Verify(pl *Plan) error {
 		if op.Dst < 0 || block >= g.Blocks[r] || op.Len > room-within {
 			return fmt.Errorf("%w: op %d writes [%d,%d) of region %s, outside the page at slot 0", ErrBounds, i, op.Dst, op.Dst+op.Len, g.RegionNames[r])
 		}
-		lo := (block*g.BlockBytes[r] + within) / it
-		if k := setBits(seen[r], lo, op.Len/it); k >= 0 {
+		lo := (block*g.BlockBytes[r] + within) >> shift
+		if k := setBits(seen[r], lo, op.Len>>shift); k >= 0 {
 			return fmt.Errorf("%w: op %d writes byte %d of region %s again", ErrOverlap, i, op.Dst+(k-lo)*it, g.RegionNames[r])
 		}
 		total += op.Len
