@@ -53,7 +53,7 @@ func TestLayouts(t *testing.T) {
 }
 
 func TestGeneratedKernels(t *testing.T) {
-	kerneltest.CheckGenerated(t, compileCustom(t), 60)
+	kerneltest.CheckGenerated(t, compileCustom(t), 40)
 }
 
 // TestBuiltinPairsAreNotGenerated documents that a pair joining a custom
