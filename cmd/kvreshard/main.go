@@ -4,6 +4,8 @@
 //
 //	kvreshard demo  [--store URL]
 //	kvreshard plan  --model M --src S --dst D [--json] [--repeat N]
+//	                [--strategy direct|scatter|staged|auto] [--transport memory|file|redis|rdma]
+//	                [--max-segments N] [--stage-bytes N] [--max-gap N]
 //	kvreshard write --store URL --model M --src S --pages N [--rank T/P] [--prefix P]
 //	kvreshard read  --store URL --model M --dst D --pages N [--prefix P] [--verify] [--json]
 //	kvreshard bench [--quick] [--json]
@@ -15,6 +17,14 @@
 // tp=2,pp=2,rank=1/0,layout=page_first[,pp-layers=..][,slots=N,slot=S].
 // Layouts are the built-in ones (PLHD, LPHD, HPLD, page_first,
 // page_first_direct, layer_first, page_head) and those of --kvl files.
+//
+// plan prints one reader rank's plan for a strategy (direct by default;
+// auto lets the cost model of --transport choose): its transport ops,
+// their count, bytes and estimated time. In --json, ops are the transport
+// operations: runs for direct; reads with their destination segments in
+// dsts for scatter; staging reads (region "stage", dst the offset in the
+// staging buffer, round the staging round) for staged, whose copy steps
+// into the pool are in staging.copies.
 //
 // Malformed flags exit 2 with one message; failures exit 1.
 package main

@@ -34,15 +34,53 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// planJSON is what plan --json prints. ops lists the transport operations
+// of the chosen strategy, and op_count counts them: for direct, one run
+// each; for scatter, one read each, with region and dst those of its first
+// segment and dsts every segment; for staged, the staging reads, with
+// region "stage", dst the offset in the staging buffer and round the
+// staging round, while staging.copies says how their bytes reach the pool.
 type planJSON struct {
-	LayoutID string       `json:"layout_id"`
-	Parts    []partJSON   `json:"parts"`
-	Regions  []regionJSON `json:"regions"`
-	Ops      []opJSON     `json:"ops"`
-	OpCount  int          `json:"op_count"`
-	Bytes    int          `json:"bytes"`
-	Strategy string       `json:"strategy"`
-	PlanNS   *timingJSON  `json:"plan_ns,omitempty"`
+	LayoutID    string           `json:"layout_id"`
+	Parts       []partJSON       `json:"parts"`
+	Regions     []regionJSON     `json:"regions"`
+	Ops         []opJSON         `json:"ops"`
+	OpCount     int              `json:"op_count"`
+	Bytes       int              `json:"bytes"`
+	ReadBytes   int              `json:"read_bytes"`
+	Strategy    string           `json:"strategy"`
+	Transport   string           `json:"transport"`
+	EstimatedNS int64            `json:"estimated_ns"`
+	Estimates   map[string]int64 `json:"estimates_ns,omitempty"`
+	Staging     *stagingJSON     `json:"staging,omitempty"`
+	PlanNS      *timingJSON      `json:"plan_ns,omitempty"`
+}
+
+// stagingJSON describes a staged plan: its staging bound, the bytes of
+// its largest round, its rounds, and its copy steps in order (those of a
+// round run after all its reads).
+type stagingJSON struct {
+	Bound  int        `json:"bound"`
+	Bytes  int        `json:"bytes"`
+	Rounds int        `json:"rounds"`
+	Copies []copyJSON `json:"copies"`
+}
+
+// copyJSON is one copy step out of the staging buffer: the run of Len
+// bytes at offset Src of part Part, staged by read Read at offset Stage of
+// its round's staging buffer, goes to offset Dst of region Region. Kernel
+// names the layout pair whose generated copy kernel moves the runs of a
+// read that holds its whole part; the steps still list each run, so that
+// the plan can be checked without the kernel.
+type copyJSON struct {
+	Read   int    `json:"read"`
+	Part   int    `json:"part"`
+	Src    int    `json:"src"`
+	Stage  int    `json:"stage"`
+	Region string `json:"region"`
+	Dst    int    `json:"dst"`
+	Len    int    `json:"len"`
+	Kernel string `json:"kernel,omitempty"`
 }
 
 type partJSON struct {
@@ -59,8 +97,17 @@ type regionJSON struct {
 }
 
 type opJSON struct {
-	Part   int    `json:"part"`
-	Src    int    `json:"src"`
+	Part   int       `json:"part"`
+	Src    int       `json:"src"`
+	Region string    `json:"region"`
+	Dst    int       `json:"dst"`
+	Len    int       `json:"len"`
+	Round  *int      `json:"round,omitempty"`
+	Dsts   []segJSON `json:"dsts,omitempty"`
+}
+
+// segJSON is one destination segment of a scatter read.
+type segJSON struct {
 	Region string `json:"region"`
 	Dst    int    `json:"dst"`
 	Len    int    `json:"len"`
@@ -124,13 +171,22 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts (run on the interpreter)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
 	repeat := fs.Int("repeat", 0, "build the plan `N` times without the template cache and report the time")
+	strategy := fs.String("strategy", "direct", "`direct`, scatter, staged, or auto (the transport's cost model chooses)")
+	transport := fs.String("transport", "memory", "the cost model: `memory`, file, redis or rdma")
+	segments := fs.Int("max-segments", 0, "bound of a scatter read's segments (0: the transport's default)")
+	stage := fs.Int("stage-bytes", 0, "bound of a staged plan's staging memory (0: 16 MiB)")
+	gap := fs.Int("max-gap", 0, "largest unneeded gap a staged read bridges (0: the transport's break-even gap; -1: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *repeat < 0 {
 		return usagef("--repeat %d is negative", *repeat)
 	}
-	s, err := setupPlan(*model, *src, *dst, *kvl, plan.Options{})
+	opts, err := strategyOptions(*strategy, *transport, *segments, *stage, *gap)
+	if err != nil {
+		return err
+	}
+	s, err := setupPlan(*model, *src, *dst, *kvl, opts)
 	if err != nil {
 		return err
 	}
@@ -160,18 +216,80 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// strategyOptions returns the planner options of the strategy flags.
+func strategyOptions(strategy, transport string, segments, stage, gap int) (plan.Options, error) {
+	var o plan.Options
+	var err error
+	if o.Strategy, err = plan.ParseStrategy(strategy); err != nil {
+		return o, usagef("--strategy: %v", err)
+	}
+	t, err := plan.TransportNamed(transport)
+	if err != nil {
+		return o, usagef("--transport: %v", err)
+	}
+	o.Transport = &t
+	switch {
+	case segments < 0 || segments > t.SegmentLimit:
+		return o, usagef("--max-segments %d: transport %s takes 1 to %d segments a read", segments, t.Name, t.SegmentLimit)
+	case stage < 0:
+		return o, usagef("--stage-bytes %d is negative", stage)
+	case gap < -1:
+		return o, usagef("--max-gap %d: give a byte count, 0 for the transport's break-even gap, or -1 for none", gap)
+	}
+	o.MaxSegments, o.StageBytes, o.MaxGap = segments, stage, gap
+	return o, nil
+}
+
 func (s *planSetup) planJSON(pl *plan.Plan, timing *timingJSON) *planJSON {
 	g := s.planner.Geometry()
-	out := &planJSON{LayoutID: pl.LayoutID, OpCount: len(pl.Ops), Bytes: pl.Bytes, Strategy: "direct", PlanNS: timing,
-		Parts: []partJSON{}, Regions: []regionJSON{}, Ops: make([]opJSON, 0, len(pl.Ops))}
+	opts := s.planner.Options()
+	out := &planJSON{LayoutID: pl.LayoutID, OpCount: pl.OpCount(), Bytes: pl.Bytes, ReadBytes: pl.ReadBytes,
+		Strategy: pl.Strategy.String(), Transport: opts.Transport.Name, EstimatedNS: pl.Estimate.Nanoseconds(), PlanNS: timing,
+		Parts: []partJSON{}, Regions: []regionJSON{}, Ops: make([]opJSON, 0, pl.OpCount())}
+	if opts.Strategy == plan.Auto {
+		out.Estimates = map[string]int64{}
+		for st, e := range pl.Estimates {
+			if e > 0 {
+				out.Estimates[plan.Strategy(st).String()] = e.Nanoseconds()
+			}
+		}
+	}
 	for i, p := range s.man.Parts {
 		out.Parts = append(out.Parts, partJSON{Index: i, Layers: p.Layers, HeadStart: p.HeadStart, HeadCount: p.HeadCount, Bytes: s.man.PartBytes(i)})
 	}
 	for i, n := range g.Regions {
 		out.Regions = append(out.Regions, regionJSON{Name: g.RegionNames[i], Bytes: n})
 	}
-	for _, op := range s.planner.Instantiate(pl, s.dst.slot, nil) {
-		out.Ops = append(out.Ops, opJSON{Part: int(op.Part), Src: op.Src, Region: g.RegionNames[op.Region], Dst: op.Dst, Len: op.Len})
+	ops := s.planner.Instantiate(pl, s.dst.slot, nil)
+	switch pl.Strategy {
+	case plan.Direct:
+		for _, op := range ops {
+			out.Ops = append(out.Ops, opJSON{Part: int(op.Part), Src: op.Src, Region: g.RegionNames[op.Region], Dst: op.Dst, Len: op.Len})
+		}
+	case plan.Scatter:
+		for _, r := range pl.Reads {
+			segs := ops[r.First : r.First+r.N]
+			o := opJSON{Part: int(r.Part), Src: r.Src, Region: g.RegionNames[segs[0].Region], Dst: segs[0].Dst, Len: r.Len}
+			for _, op := range segs {
+				o.Dsts = append(o.Dsts, segJSON{Region: g.RegionNames[op.Region], Dst: op.Dst, Len: op.Len})
+			}
+			out.Ops = append(out.Ops, o)
+		}
+	case plan.Staged:
+		st := &stagingJSON{Bound: opts.StageBytes, Bytes: pl.StageBytes, Rounds: pl.Rounds, Copies: []copyJSON{}}
+		for i, r := range pl.Reads {
+			round := r.Round
+			out.Ops = append(out.Ops, opJSON{Part: int(r.Part), Src: r.Src, Region: "stage", Dst: r.Stage, Len: r.Len, Round: &round})
+			kernel := ""
+			if r.Kernel {
+				kernel = pl.Pair(int(r.Part))
+			}
+			for _, op := range ops[r.First : r.First+r.N] {
+				st.Copies = append(st.Copies, copyJSON{Read: i, Part: int(op.Part), Src: op.Src, Stage: r.Stage + op.Src - r.Src,
+					Region: g.RegionNames[op.Region], Dst: op.Dst, Len: op.Len, Kernel: kernel})
+			}
+		}
+		out.Staging = st
 	}
 	return out
 }
@@ -197,6 +315,19 @@ func (s *planSetup) printPlan(w io.Writer, pl *plan.Plan, out *planJSON) {
 		kind = "interpreter"
 	}
 	fmt.Fprintf(w, "plan     %d ops, %d bytes, strategy %s, %s\n", out.OpCount, out.Bytes, out.Strategy, kind)
+	fmt.Fprintf(w, "cost     transport %s, estimated %s", out.Transport, time.Duration(out.EstimatedNS))
+	if out.Estimates != nil {
+		for _, st := range []string{"direct", "scatter", "staged"} {
+			if e, ok := out.Estimates[st]; ok {
+				fmt.Fprintf(w, "; %s %s", st, time.Duration(e))
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	if st := out.Staging; st != nil {
+		fmt.Fprintf(w, "staging  %d reads of %d bytes in %d rounds of at most %d bytes (bound %d), %d copy steps\n",
+			len(out.Ops), out.ReadBytes, st.Rounds, st.Bytes, st.Bound, len(st.Copies))
+	}
 	if out.PlanNS != nil {
 		fmt.Fprintf(w, "timing   median %s, min %s per plan\n", time.Duration(out.PlanNS.Median), time.Duration(out.PlanNS.Min))
 	}
@@ -207,7 +338,14 @@ func (s *planSetup) printPlan(w io.Writer, pl *plan.Plan, out *planJSON) {
 			fmt.Fprintf(w, "... %d more ops (--json prints all)\n", len(out.Ops)-show)
 			break
 		}
-		fmt.Fprintf(w, "%6d %10d %6s %10d %8d\n", op.Part, op.Src, op.Region, op.Dst, op.Len)
+		fmt.Fprintf(w, "%6d %10d %6s %10d %8d", op.Part, op.Src, op.Region, op.Dst, op.Len)
+		switch {
+		case op.Round != nil:
+			fmt.Fprintf(w, "  round %d", *op.Round)
+		case len(op.Dsts) > 1:
+			fmt.Fprintf(w, "  %d segments", len(op.Dsts))
+		}
+		fmt.Fprintln(w)
 	}
 }
 

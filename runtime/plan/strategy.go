@@ -487,3 +487,7 @@ func (p *Planner) verifyReads(pl *Plan, partBytes []int) error {
 // StageBound returns the planner's bound of staging memory: a staged
 // plan's rounds each fit a buffer of this size.
 func (p *Planner) StageBound() int { return p.opts.StageBytes }
+
+// Options returns the planner's options, with the strategy defaults
+// filled in (the transport, MaxSegments, StageBytes, MaxGap).
+func (p *Planner) Options() Options { return p.opts }
