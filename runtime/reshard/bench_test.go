@@ -1,0 +1,98 @@
+package reshard_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/runtime/placement"
+	"github.com/kvreshard/kvreshard/runtime/reshard"
+	"github.com/kvreshard/kvreshard/runtime/store"
+	"github.com/kvreshard/kvreshard/runtime/store/filestore"
+	"github.com/kvreshard/kvreshard/runtime/store/memstore"
+)
+
+// like70B has the page shape of a 70B model (8 KV heads, head dim 128, bf16,
+// 64 tokens) with 8 layers instead of 80, to keep memory modest: 2 MiB a
+// page. A TP8 rank and a TP4/PP2 rank each hold 256 KiB of it.
+var like70B = newModel("like-70b", 8, 8, []int{128, 128}, "bf16", 64)
+
+const benchPages = 32
+
+// BenchmarkRead reads benchPages pages written by TP8 in PLHD, in the same
+// run, (a) resharded: by rank 0/0 of TP4/PP2 into a page_first pool, and
+// (b) identity: by rank 0 of TP8 into a page_first pool (the layout PLHD
+// comes from), the same number of bytes. It reports each one's GB/s and
+// pages/s and the ratio resharded/identity (target >= 0.8 on the memory
+// store). The two reads alternate, so that load on the machine falls on
+// both alike.
+func BenchmarkRead(b *testing.B) {
+	for _, s := range []struct {
+		name string
+		open func(b *testing.B) store.Store
+	}{
+		{"mem", func(b *testing.B) store.Store { return memstore.New() }},
+		{"file", func(b *testing.B) store.Store {
+			st, err := filestore.Open(b.TempDir(), filestore.Options{})
+			require.NoError(b, err)
+			b.Cleanup(func() { st.Close() })
+			return st
+		}},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			st := s.open(b)
+			tp8 := placement.Topology{TP: 8, PP: 1}
+			keys := pageKeys("bench", like70B.Domain(), benchPages)
+			writeAll(b, st, like70B, tp8, "PLHD", keys)
+			resh, rregions := newReader(b, st, like70B, placement.Topology{TP: 4, PP: 2}, placement.Rank{}, "page_first", benchPages, reshard.ReaderOptions{})
+			ident, iregions := newReader(b, st, like70B, tp8, placement.Rank{}, "page_first", benchPages, reshard.ReaderOptions{})
+			slots := iota(benchPages)
+			ctx := context.Background()
+			read := func(rd *reshard.Reader, regions [][]byte) (reshard.Result, time.Duration) {
+				start := time.Now()
+				res, err := rd.Read(ctx, keys, slots, regions)
+				d := time.Since(start)
+				if err != nil || res.Hit != benchPages {
+					b.Fatalf("read %d of %d pages: %v %v", res.Hit, benchPages, err, res.Stop)
+				}
+				return res, d
+			}
+			// Check both once, before timing.
+			rr, _ := read(resh, rregions)
+			ir, _ := read(ident, iregions)
+			require.Equal(b, ir.Bytes, rr.Bytes, "the two reads move the same bytes")
+			for _, i := range []int{0, benchPages - 1} {
+				require.NoError(b, verifyPage(resh, rregions, i, keys[i]))
+				require.NoError(b, verifyPage(ident, iregions, i, keys[i]))
+			}
+
+			var tr, ti time.Duration
+			n := 0
+			for b.Loop() {
+				if n%2 == 0 {
+					_, d := read(resh, rregions)
+					tr += d
+					_, d = read(ident, iregions)
+					ti += d
+				} else {
+					_, d := read(ident, iregions)
+					ti += d
+					_, d = read(resh, rregions)
+					tr += d
+				}
+				n++
+			}
+			bytes := float64(n) * float64(rr.Bytes)
+			pages := float64(n * benchPages)
+			b.ReportMetric(bytes/tr.Seconds()/1e9, "resharded-GB/s")
+			b.ReportMetric(bytes/ti.Seconds()/1e9, "identity-GB/s")
+			b.ReportMetric(pages/tr.Seconds(), "resharded-pages/s")
+			b.ReportMetric(pages/ti.Seconds(), "identity-pages/s")
+			b.ReportMetric(ti.Seconds()/tr.Seconds(), "resharded/identity")
+			b.ReportMetric(float64(rr.Ops)/benchPages, "resharded-ops/page")
+			b.ReportMetric(float64(ir.Ops)/benchPages, "identity-ops/page")
+		})
+	}
+}
