@@ -55,6 +55,22 @@ func (w *PartWrite) Size() int {
 	return n
 }
 
+// Validate checks a part write's fields before anything is written: every
+// backend refuses the same writes with the same words.
+func (w *PartWrite) Validate() error {
+	switch {
+	case w.Key == "":
+		return fmt.Errorf("write %q part %d: empty key", w.Key, w.Part)
+	case w.Parts < 1:
+		return fmt.Errorf("write %s part %d: part count %d is not positive", w.Key, w.Part, w.Parts)
+	case w.Part < 0 || w.Part >= w.Parts:
+		return fmt.Errorf("write %s part %d: part out of range [0,%d)", w.Key, w.Part, w.Parts)
+	case w.Manifest == "":
+		return fmt.Errorf("write %s part %d: empty manifest key", w.Key, w.Part)
+	}
+	return nil
+}
+
 // Object is what a query returns for one key.
 type Object struct {
 	Complete  bool   // all parts written; false also for a missing object

@@ -208,7 +208,7 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 }
 
 func (s *Store) writePart(w *store.PartWrite) error {
-	if err := validate(w); err != nil {
+	if err := w.Validate(); err != nil {
 		return err
 	}
 	if s.cached(w.Key) != nil {
@@ -236,19 +236,6 @@ func (s *Store) writePart(w *store.PartWrite) error {
 	// wins.
 	if _, err := s.create(partPath(dir, w.Part), w.Data, w.Part); err != nil {
 		return fmt.Errorf("write %s part %d: %w", w.Key, w.Part, err)
-	}
-	return nil
-}
-
-// validate checks a part write's fields before anything is written.
-func validate(w *store.PartWrite) error {
-	switch {
-	case w.Parts < 1:
-		return fmt.Errorf("write %s part %d: part count %d is not positive", w.Key, w.Part, w.Parts)
-	case w.Part < 0 || w.Part >= w.Parts:
-		return fmt.Errorf("write %s part %d: part out of range [0,%d)", w.Key, w.Part, w.Parts)
-	case w.Manifest == "":
-		return fmt.Errorf("write %s part %d: empty manifest key", w.Key, w.Part)
 	}
 	return nil
 }

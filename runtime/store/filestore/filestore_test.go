@@ -115,7 +115,7 @@ func TestHostileKeys(t *testing.T) {
 	s, err := Open(dir, Options{})
 	require.NoError(t, err)
 	defer s.Close()
-	keys := []string{"../../etc/passwd", "../x", "/abs", ".", "..", "", "a/../../b", "\x00", "C:\\x", strings.Repeat("../", 200)}
+	keys := []string{"../../etc/passwd", "../x", "/abs", ".", "..", "a/../../b", "\x00", "C:\\x", strings.Repeat("../", 200)}
 	for i, k := range keys {
 		data := []byte{byte(i), 1, 2}
 		require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{{Key: k, Part: 0, Parts: 1, Manifest: "../m", Data: [][]byte{data}}}))

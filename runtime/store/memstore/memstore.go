@@ -103,7 +103,7 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 }
 
 func (s *Store) writePart(w *store.PartWrite) error {
-	if err := validate(w); err != nil {
+	if err := w.Validate(); err != nil {
 		return err
 	}
 	data := make([]byte, 0, w.Size())
@@ -126,19 +126,6 @@ func (s *Store) writePart(w *store.PartWrite) error {
 	if o.parts[w.Part] == nil {
 		o.parts[w.Part] = data
 		o.missing--
-	}
-	return nil
-}
-
-// validate checks a part write's fields before anything is written.
-func validate(w *store.PartWrite) error {
-	switch {
-	case w.Parts < 1:
-		return fmt.Errorf("write %s part %d: part count %d is not positive", w.Key, w.Part, w.Parts)
-	case w.Part < 0 || w.Part >= w.Parts:
-		return fmt.Errorf("write %s part %d: part out of range [0,%d)", w.Key, w.Part, w.Parts)
-	case w.Manifest == "":
-		return fmt.Errorf("write %s part %d: empty manifest key", w.Key, w.Part)
 	}
 	return nil
 }

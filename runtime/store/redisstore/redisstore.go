@@ -205,7 +205,7 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 			errs[i] = err
 			continue
 		}
-		if err := validate(w); err != nil {
+		if err := w.Validate(); err != nil {
 			errs[i] = err
 			continue
 		}
@@ -225,21 +225,6 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 	}
 	flush()
 	return errs
-}
-
-// validate checks a part write's fields before anything is sent.
-func validate(w *store.PartWrite) error {
-	switch {
-	case w.Key == "":
-		return fmt.Errorf("write %s part %d: empty key", w.Key, w.Part)
-	case w.Parts < 1:
-		return fmt.Errorf("write %s part %d: part count %d is not positive", w.Key, w.Part, w.Parts)
-	case w.Part < 0 || w.Part >= w.Parts:
-		return fmt.Errorf("write %s part %d: part out of range [0,%d)", w.Key, w.Part, w.Parts)
-	case w.Manifest == "":
-		return fmt.Errorf("write %s part %d: empty manifest key", w.Key, w.Part)
-	}
-	return nil
 }
 
 func stateCall(key string) call {

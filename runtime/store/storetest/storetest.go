@@ -263,14 +263,18 @@ func testBatchInOrder(t *testing.T, s store.Store, k keys) {
 func testInvalidWrite(t *testing.T, s store.Store, k keys) {
 	key := k.key("page")
 	m := k.manifest("a")
-	for _, w := range []store.PartWrite{
-		{Key: key, Part: 0, Parts: 0, Manifest: m, Data: [][]byte{{1}}},
-		{Key: key, Part: -1, Parts: 2, Manifest: m, Data: [][]byte{{1}}},
-		{Key: key, Part: 2, Parts: 2, Manifest: m, Data: [][]byte{{1}}},
-		{Key: key, Part: 0, Parts: 2, Manifest: "", Data: [][]byte{{1}}},
+	for _, c := range []struct {
+		w    store.PartWrite
+		want string
+	}{
+		{store.PartWrite{Key: key, Part: 0, Parts: 0, Manifest: m, Data: [][]byte{{1}}}, "write " + key + " part 0: part count 0 is not positive"},
+		{store.PartWrite{Key: key, Part: -1, Parts: 2, Manifest: m, Data: [][]byte{{1}}}, "write " + key + " part -1: part out of range [0,2)"},
+		{store.PartWrite{Key: key, Part: 2, Parts: 2, Manifest: m, Data: [][]byte{{1}}}, "write " + key + " part 2: part out of range [0,2)"},
+		{store.PartWrite{Key: key, Part: 0, Parts: 2, Manifest: "", Data: [][]byte{{1}}}, "write " + key + " part 0: empty manifest key"},
+		{store.PartWrite{Key: "", Part: 0, Parts: 2, Manifest: m, Data: [][]byte{{1}}}, `write "" part 0: empty key`},
 	} {
-		errs := write(t, s, w)
-		require.Error(t, errs[0], "%+v", w)
+		errs := write(t, s, c.w)
+		require.EqualError(t, errs[0], c.want, "%+v", c.w)
 		for _, sentinel := range []error{store.ErrComplete, store.ErrLayoutConflict} {
 			require.NotErrorIs(t, errs[0], sentinel)
 		}
