@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/runtime/placement"
+	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
 	"github.com/kvreshard/kvreshard/runtime/store"
 	"github.com/kvreshard/kvreshard/runtime/store/filestore"
@@ -26,73 +27,88 @@ const benchPages = 32
 // (b) identity: by rank 0 of TP8 into a page_first pool (the layout PLHD
 // comes from), the same number of bytes. It reports each one's GB/s and
 // pages/s and the ratio resharded/identity (target >= 0.8 on the memory
-// store). The two reads alternate, so that load on the machine falls on
-// both alike.
+// store), for the default strategy (direct) and each other strategy of the
+// resharded reader. The two reads alternate, so that load on the machine
+// falls on both alike.
 func BenchmarkRead(b *testing.B) {
 	for _, s := range []struct {
-		name string
-		open func(b *testing.B) store.Store
+		name      string
+		open      func(b *testing.B) store.Store
+		transport plan.Transport
 	}{
-		{"mem", func(b *testing.B) store.Store { return memstore.New() }},
+		{"mem", func(b *testing.B) store.Store { return memstore.New() }, plan.MemoryTransport()},
 		{"file", func(b *testing.B) store.Store {
 			st, err := filestore.Open(b.TempDir(), filestore.Options{})
 			require.NoError(b, err)
 			b.Cleanup(func() { st.Close() })
 			return st
-		}},
+		}, plan.FileTransport()},
 	} {
 		b.Run(s.name, func(b *testing.B) {
 			st := s.open(b)
 			tp8 := placement.Topology{TP: 8, PP: 1}
 			keys := pageKeys("bench", like70B.Domain(), benchPages)
 			writeAll(b, st, like70B, tp8, "PLHD", keys)
-			resh, rregions := newReader(b, st, like70B, placement.Topology{TP: 4, PP: 2}, placement.Rank{}, "page_first", benchPages, reshard.ReaderOptions{})
 			ident, iregions := newReader(b, st, like70B, tp8, placement.Rank{}, "page_first", benchPages, reshard.ReaderOptions{})
-			slots := iota(benchPages)
-			ctx := context.Background()
-			read := func(rd *reshard.Reader, regions [][]byte) (reshard.Result, time.Duration) {
-				start := time.Now()
-				res, err := rd.Read(ctx, keys, slots, regions)
-				d := time.Since(start)
-				if err != nil || res.Hit != benchPages {
-					b.Fatalf("read %d of %d pages: %v %v", res.Hit, benchPages, err, res.Stop)
-				}
-				return res, d
+			for _, strategy := range []struct {
+				name string
+				s    plan.Strategy
+			}{{"direct", plan.Direct}, {"scatter", plan.Scatter}, {"staged", plan.Staged}, {"auto", plan.Auto}} {
+				b.Run(strategy.name, func(b *testing.B) {
+					opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: strategy.s, Transport: &s.transport}}
+					resh, rregions := newReader(b, st, like70B, placement.Topology{TP: 4, PP: 2}, placement.Rank{}, "page_first", benchPages, opts)
+					benchPair(b, keys, resh, rregions, ident, iregions)
+				})
 			}
-			// Check both once, before timing.
-			rr, _ := read(resh, rregions)
-			ir, _ := read(ident, iregions)
-			require.Equal(b, ir.Bytes, rr.Bytes, "the two reads move the same bytes")
-			for _, i := range []int{0, benchPages - 1} {
-				require.NoError(b, verifyPage(resh, rregions, i, keys[i]))
-				require.NoError(b, verifyPage(ident, iregions, i, keys[i]))
-			}
-
-			var tr, ti time.Duration
-			n := 0
-			for b.Loop() {
-				if n%2 == 0 {
-					_, d := read(resh, rregions)
-					tr += d
-					_, d = read(ident, iregions)
-					ti += d
-				} else {
-					_, d := read(ident, iregions)
-					ti += d
-					_, d = read(resh, rregions)
-					tr += d
-				}
-				n++
-			}
-			bytes := float64(n) * float64(rr.Bytes)
-			pages := float64(n * benchPages)
-			b.ReportMetric(bytes/tr.Seconds()/1e9, "resharded-GB/s")
-			b.ReportMetric(bytes/ti.Seconds()/1e9, "identity-GB/s")
-			b.ReportMetric(pages/tr.Seconds(), "resharded-pages/s")
-			b.ReportMetric(pages/ti.Seconds(), "identity-pages/s")
-			b.ReportMetric(ti.Seconds()/tr.Seconds(), "resharded/identity")
-			b.ReportMetric(float64(rr.Ops)/benchPages, "resharded-ops/page")
-			b.ReportMetric(float64(ir.Ops)/benchPages, "identity-ops/page")
 		})
 	}
+}
+
+// benchPair times reads of keys by resh and by ident, alternating.
+func benchPair(b *testing.B, keys []string, resh *reshard.Reader, rregions [][]byte, ident *reshard.Reader, iregions [][]byte) {
+	slots := iota(len(keys))
+	ctx := context.Background()
+	read := func(rd *reshard.Reader, regions [][]byte) (reshard.Result, time.Duration) {
+		start := time.Now()
+		res, err := rd.Read(ctx, keys, slots, regions)
+		d := time.Since(start)
+		if err != nil || res.Hit != len(keys) {
+			b.Fatalf("read %d of %d pages: %v %v", res.Hit, len(keys), err, res.Stop)
+		}
+		return res, d
+	}
+	// Check both once, before timing.
+	rr, _ := read(resh, rregions)
+	ir, _ := read(ident, iregions)
+	require.Equal(b, ir.Bytes, rr.Bytes, "the two reads move the same bytes")
+	for _, i := range []int{0, len(keys) - 1} {
+		require.NoError(b, verifyPage(resh, rregions, i, keys[i]))
+		require.NoError(b, verifyPage(ident, iregions, i, keys[i]))
+	}
+
+	var tr, ti time.Duration
+	n := 0
+	for b.Loop() {
+		if n%2 == 0 {
+			_, d := read(resh, rregions)
+			tr += d
+			_, d = read(ident, iregions)
+			ti += d
+		} else {
+			_, d := read(ident, iregions)
+			ti += d
+			_, d = read(resh, rregions)
+			tr += d
+		}
+		n++
+	}
+	bytes := float64(n) * float64(rr.Bytes)
+	pages := float64(n * len(keys))
+	b.ReportMetric(bytes/tr.Seconds()/1e9, "resharded-GB/s")
+	b.ReportMetric(bytes/ti.Seconds()/1e9, "identity-GB/s")
+	b.ReportMetric(pages/tr.Seconds(), "resharded-pages/s")
+	b.ReportMetric(pages/ti.Seconds(), "identity-pages/s")
+	b.ReportMetric(ti.Seconds()/tr.Seconds(), "resharded/identity")
+	b.ReportMetric(float64(rr.Ops)/float64(len(keys)), "resharded-ops/page")
+	b.ReportMetric(float64(ir.Ops)/float64(len(keys)), "identity-ops/page")
 }
