@@ -181,13 +181,22 @@ func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
 		}
 		pro = append(pro, jen.Id(f).Op(":=").Add(e))
 	}
-	if k.copy {
-		pro = append(pro, jen.Var().Defs(
-			jen.Id("ps").Op(",").Id("pd").Op(",").Id("pl").Int(),
-			jen.Id("psr").Op(",").Id("pdr").Int32(),
+	// Both kernels keep a pending run in locals and extend it while the
+	// next run continues it on both sides; the range kernel starts from the
+	// last run already in runs, so that it merges across calls as Emit does.
+	pro = append(pro, jen.Var().Defs(
+		jen.Id("ps").Op(",").Id("pd").Op(",").Id("pl").Int(),
+		jen.Id("psr").Op(",").Id("pdr").Int32(),
+	))
+	if !k.copy {
+		pro = append(pro, jen.If(jen.Id("n").Op(":=").Len(jen.Id("runs")), jen.Id("n").Op(">").Lit(0)).Block(
+			jen.Id("last").Op(":=").Id("runs").Index(jen.Id("n").Op("-").Lit(1)),
+			jen.List(jen.Id("ps"), jen.Id("pd"), jen.Id("psr"), jen.Id("pdr"), jen.Id("pl")).Op("=").List(
+				jen.Id("last").Dot("Src"), jen.Id("last").Dot("Dst"), jen.Id("last").Dot("SrcRegion"), jen.Id("last").Dot("DstRegion"), jen.Id("last").Dot("Len")),
+			jen.Id("runs").Op("=").Id("runs").Index(jen.Op(":").Id("n").Op("-").Lit(1)),
 		))
-		body = append(body, k.flush())
 	}
+	body = append(body, k.flush())
 
 	var sig *jen.Statement
 	doc := fmt.Sprintf("%s_%s moves %s %s to %s %s.", map[bool]string{false: "range", true: "copy"}[isCopy], name,
@@ -398,14 +407,9 @@ func (k *kernel) loop(i int, s, d, sr, dr *jen.Statement) []jen.Code {
 	return []jen.Code{jen.For(jen.Id(iv).Op(":=").Lit(0), jen.Id(iv).Op("<").Add(count), jen.Id(iv).Op("++")).Block(body...)}
 }
 
-// leaf emits one run: the range kernel appends it, the copy kernel extends
-// its pending run or copies the pending run and starts a new one.
+// leaf extends the pending run with one run, or flushes the pending run (the
+// range kernel appends it, the copy kernel copies it) and starts a new one.
 func (k *kernel) leaf(s, d, sr, dr *jen.Statement) []jen.Code {
-	if !k.copy {
-		return []jen.Code{jen.Id("runs").Op("=").Qual(KernelPkg, "Emit").Call(jen.Id("runs"), jen.Qual(KernelPkg, "Run").Values(jen.Dict{
-			jen.Id("SrcRegion"): sr, jen.Id("DstRegion"): dr, jen.Id("Src"): s, jen.Id("Dst"): d, jen.Id("Len"): jen.Id("run"),
-		}))}
-	}
 	return []jen.Code{
 		jen.If(jen.Id("pl").Op(">").Lit(0).Op("&&").Id("ps").Op("+").Id("pl").Op("==").Add(s).Op("&&").
 			Id("pd").Op("+").Id("pl").Op("==").Add(d).Op("&&").Id("psr").Op("==").Add(sr).Op("&&").Id("pdr").Op("==").Add(dr)).Block(
@@ -418,6 +422,14 @@ func (k *kernel) leaf(s, d, sr, dr *jen.Statement) []jen.Code {
 }
 
 func (k *kernel) flush() jen.Code {
+	if !k.copy {
+		return jen.If(jen.Id("pl").Op(">").Lit(0)).Block(
+			jen.Id("runs").Op("=").Append(jen.Id("runs"), jen.Qual(KernelPkg, "Run").Values(jen.Dict{
+				jen.Id("SrcRegion"): jen.Id("psr"), jen.Id("DstRegion"): jen.Id("pdr"),
+				jen.Id("Src"): jen.Id("ps"), jen.Id("Dst"): jen.Id("pd"), jen.Id("Len"): jen.Id("pl"),
+			})),
+		)
+	}
 	return jen.If(jen.Id("pl").Op(">").Lit(0)).Block(
 		jen.Copy(
 			jen.Id("dst").Index(jen.Id("pdr")).Index(jen.Id("pd").Op(":").Id("pd").Op("+").Id("pl")),

@@ -369,6 +369,15 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	fullLayers := nL == Ls && nL == Ld
 	fullHeads := nH == Hs && nH == Hd
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -412,16 +421,32 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 					lp := p.Layers[i2]
 					s3 := s2 + int(lp.Src)*ss2
 					d3 := d2 + int(lp.Dst)*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -539,6 +564,15 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -572,16 +606,32 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 					lp := p.Layers[i2]
 					s3 := s2 + int(lp.Src)*ss2
 					d3 := d2 + int(lp.Dst)*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -686,6 +736,15 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -724,17 +783,33 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 					for i3 := 0; i3 < nH; i3++ {
 						s4 := s3 + (p.SrcHead+i3)*ss3
 						d4 := d3 + (p.DstHead+i3)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -850,6 +925,15 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	fullLayers := nL == Ls && nL == Ld
 	fullHeads := nH == Hs && nH == Hd
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -893,16 +977,32 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 					lp := p.Layers[i2]
 					s3 := s2 + int(lp.Src)*ss2
 					d3 := d2 + int(lp.Dst)*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1024,6 +1124,15 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -1057,16 +1166,32 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 					lp := p.Layers[i2]
 					s3 := s2 + int(lp.Src)*ss2
 					d3 := d2 + int(lp.Dst)*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1175,6 +1300,15 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -1208,16 +1342,32 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 					lp := p.Layers[i2]
 					s3 := s2 + int(lp.Src)*ss2
 					d3 := d2 + int(lp.Dst)*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1326,6 +1476,15 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -1364,17 +1523,33 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 					for i3 := 0; i3 < nH; i3++ {
 						s4 := s3 + (p.SrcHead+i3)*ss3
 						d4 := d3 + (p.DstHead+i3)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1487,6 +1662,15 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -1520,16 +1704,32 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 				for i2 := 0; i2 < T; i2++ {
 					s3 := s2 + i2*ss2
 					d3 := d2 + i2*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1636,6 +1836,15 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -1679,16 +1888,32 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 				for i2 := 0; i2 < n2; i2++ {
 					s3 := s2 + i2*ss2
 					d3 := d2 + i2*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1805,6 +2030,15 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -1843,17 +2077,33 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 					for i3 := 0; i3 < nH; i3++ {
 						s4 := s3 + (p.SrcHead+i3)*ss3
 						d4 := d3 + (p.DstHead+i3)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1966,6 +2216,15 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -1999,16 +2258,32 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 				for i2 := 0; i2 < T; i2++ {
 					s3 := s2 + i2*ss2
 					d3 := d2 + i2*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -2119,6 +2394,15 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -2162,16 +2446,32 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 				for i2 := 0; i2 < n2; i2++ {
 					s3 := s2 + i2*ss2
 					d3 := d2 + i2*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -2293,6 +2593,15 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	nL := len(p.Layers)
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -2331,16 +2640,32 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 				for i2 := 0; i2 < n2; i2++ {
 					s3 := s2 + i2*ss2
 					d3 := d2 + i2*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -2455,6 +2780,15 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -2493,17 +2827,33 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 					for i3 := 0; i3 < nH; i3++ {
 						s4 := s3 + (p.SrcHead+i3)*ss3
 						d4 := d3 + (p.DstHead+i3)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -2616,6 +2966,15 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -2654,17 +3013,33 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -2775,6 +3150,15 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -2813,17 +3197,33 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -2936,6 +3336,15 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	nH := p.Heads
 	fullLayers := nL == Ls && nL == Ld
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -2989,17 +3398,33 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -3129,6 +3554,15 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -3167,17 +3601,33 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -3292,6 +3742,15 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -3330,17 +3789,33 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -3455,6 +3930,15 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -3493,17 +3977,33 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -3620,6 +4120,15 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	nH := p.Heads
 	fullLayers := nL == Ls && nL == Ld
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -3673,17 +4182,33 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -3818,6 +4343,15 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	fullLayers := nL == Ls && nL == Ld
 	fullHeads := nH == Hs && nH == Hd
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -3861,16 +4395,32 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 					lp := p.Layers[i2]
 					s3 := s2 + int(lp.Src)*ss2
 					d3 := d2 + int(lp.Dst)*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -3992,6 +4542,15 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -4025,16 +4584,32 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 				for i2 := 0; i2 < T; i2++ {
 					s3 := s2 + i2*ss2
 					d3 := d2 + i2*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -4143,6 +4718,15 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -4181,17 +4765,33 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -4306,6 +4906,15 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -4339,16 +4948,32 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 					lp := p.Layers[i2]
 					s3 := s2 + int(lp.Src)*ss2
 					d3 := d2 + int(lp.Dst)*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -4459,6 +5084,15 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -4502,16 +5136,32 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 				for i2 := 0; i2 < n2; i2++ {
 					s3 := s2 + i2*ss2
 					d3 := d2 + i2*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -4632,6 +5282,15 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -4670,17 +5329,33 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -4795,6 +5470,15 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -4828,16 +5512,32 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 					lp := p.Layers[i2]
 					s3 := s2 + int(lp.Src)*ss2
 					d3 := d2 + int(lp.Dst)*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -4947,6 +5647,15 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	nL := len(p.Layers)
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -4985,16 +5694,32 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 				for i2 := 0; i2 < n2; i2++ {
 					s3 := s2 + i2*ss2
 					d3 := d2 + i2*ds2
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d3,
-						DstRegion: dReg,
-						Len:       run,
-						Src:       s3,
-						SrcRegion: sReg,
-					})
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -5109,6 +5834,15 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -5147,17 +5881,33 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -5272,6 +6022,15 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -5310,17 +6069,33 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 					for i3 := 0; i3 < nH; i3++ {
 						s4 := s3 + (p.SrcHead+i3)*ss3
 						d4 := d3 + (p.DstHead+i3)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -5435,6 +6210,15 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -5473,17 +6257,33 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 					for i3 := 0; i3 < nH; i3++ {
 						s4 := s3 + (p.SrcHead+i3)*ss3
 						d4 := d3 + (p.DstHead+i3)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -5600,6 +6400,15 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	nH := p.Heads
 	fullLayers := nL == Ls && nL == Ld
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -5653,17 +6462,33 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 						lp := p.Layers[i3]
 						s4 := s3 + int(lp.Src)*ss3
 						d4 := d3 + int(lp.Dst)*ds3
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d4,
-							DstRegion: dReg,
-							Len:       run,
-							Src:       s4,
-							SrcRegion: sReg,
-						})
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }

@@ -186,6 +186,15 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
 	n0 := nL
@@ -219,15 +228,31 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 			for i2 := 0; i2 < n2; i2++ {
 				s3 := s2 + i2*ss2
 				d3 := d2 + i2*ds2
-				runs = kernel.Emit(runs, kernel.Run{
-					Dst:       d3,
-					DstRegion: 0,
-					Len:       run,
-					Src:       s3,
-					SrcRegion: 0,
-				})
+				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+					pl += run
+					continue
+				}
+				if pl > 0 {
+					runs = append(runs, kernel.Run{
+						Dst:       pd,
+						DstRegion: pdr,
+						Len:       pl,
+						Src:       ps,
+						SrcRegion: psr,
+					})
+				}
+				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -329,6 +354,15 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
 	ss1 := I * T * D * Hs
@@ -352,16 +386,32 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 				for i3 := 0; i3 < nH; i3++ {
 					s4 := s3 + (p.SrcHead+i3)*ss3
 					d4 := d3 + (p.DstHead+i3)*ds3
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d4,
-						DstRegion: 0,
-						Len:       run,
-						Src:       s4,
-						SrcRegion: 0,
-					})
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -455,6 +505,15 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * Hd
 	ss1 := I * T * D * Hs
@@ -486,17 +545,33 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 					for i4 := 0; i4 < (D / 8); i4++ {
 						s5 := s4 + i4*ss4
 						d5 := d4 + i4*ds4
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d5,
-							DstRegion: dr,
-							Len:       run,
-							Src:       s5,
-							SrcRegion: 0,
-						})
+						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -602,6 +677,15 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 	nL := len(p.Layers)
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd * Sd
 	ss1 := I * T * D * Hs
@@ -625,15 +709,31 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 			for i2 := 0; i2 < n2; i2++ {
 				s3 := s2 + i2*ss2
 				d3 := d2 + i2*ds2
-				runs = kernel.Emit(runs, kernel.Run{
-					Dst:       d3,
-					DstRegion: 0,
-					Len:       run,
-					Src:       s3,
-					SrcRegion: 0,
-				})
+				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+					pl += run
+					continue
+				}
+				if pl > 0 {
+					runs = append(runs, kernel.Run{
+						Dst:       pd,
+						DstRegion: pdr,
+						Len:       pl,
+						Src:       ps,
+						SrcRegion: psr,
+					})
+				}
+				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -726,6 +826,15 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
 	ss1 := I * T * D * Hs
@@ -749,16 +858,32 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 				for i3 := 0; i3 < T; i3++ {
 					s4 := s3 + i3*ss3
 					d4 := d3 + i3*ds3
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d4,
-						DstRegion: 0,
-						Len:       run,
-						Src:       s4,
-						SrcRegion: 0,
-					})
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -851,6 +976,15 @@ func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
 	n0 := nL
@@ -874,14 +1008,30 @@ func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 		for i1 := 0; i1 < n1; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			runs = kernel.Emit(runs, kernel.Run{
-				Dst:       d2,
-				DstRegion: 0,
-				Len:       run,
-				Src:       s2,
-				SrcRegion: 0,
-			})
+			if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == 0 && pdr == 0 {
+				pl += run
+				continue
+			}
+			if pl > 0 {
+				runs = append(runs, kernel.Run{
+					Dst:       pd,
+					DstRegion: pdr,
+					Len:       pl,
+					Src:       ps,
+					SrcRegion: psr,
+				})
+			}
+			ps, pd, psr, pdr, pl = s2, d2, 0, 0, run
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -975,6 +1125,15 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * Hd
 	ss1 := I * T * D * Hs
@@ -1006,17 +1165,33 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 					for i4 := 0; i4 < (D / 8); i4++ {
 						s5 := s4 + i4*ss4
 						d5 := d4 + i4*ds4
-						runs = kernel.Emit(runs, kernel.Run{
-							Dst:       d5,
-							DstRegion: dr,
-							Len:       run,
-							Src:       s5,
-							SrcRegion: 0,
-						})
+						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							runs = append(runs, kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							})
+						}
+						ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1121,6 +1296,15 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd * Sd
 	ss1 := I * T * D * Hs
@@ -1144,16 +1328,32 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 				for i3 := 0; i3 < T; i3++ {
 					s4 := s3 + i3*ss3
 					d4 := d3 + i3*ds3
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d4,
-						DstRegion: 0,
-						Len:       run,
-						Src:       s4,
-						SrcRegion: 0,
-					})
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1248,6 +1448,15 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		for c, D := range p.Dims {
@@ -1284,18 +1493,34 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 						for i4 := 0; i4 < T; i4++ {
 							s5 := s4 + i4*ss4
 							d5 := d4 + i4*ds4
-							runs = kernel.Emit(runs, kernel.Run{
-								Dst:       d5,
-								DstRegion: 0,
-								Len:       run,
-								Src:       s5,
-								SrcRegion: sReg,
-							})
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								runs = append(runs, kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								})
+							}
+							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
 						}
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1405,6 +1630,15 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		for c, D := range p.Dims {
@@ -1441,18 +1675,34 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 						for i4 := 0; i4 < T; i4++ {
 							s5 := s4 + i4*ss4
 							d5 := d4 + i4*ds4
-							runs = kernel.Emit(runs, kernel.Run{
-								Dst:       d5,
-								DstRegion: 0,
-								Len:       run,
-								Src:       s5,
-								SrcRegion: sReg,
-							})
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								runs = append(runs, kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								})
+							}
+							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
 						}
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1565,6 +1815,15 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
 	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		dBase := 0
@@ -1598,15 +1857,31 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 				lp := p.Layers[i1]
 				s2 := sf + sc + int(lp.Src)*ss1
 				d2 := df + dc + int(lp.Dst)*ds1
-				runs = kernel.Emit(runs, kernel.Run{
-					Dst:       d2,
-					DstRegion: dReg,
-					Len:       run,
-					Src:       s2,
-					SrcRegion: sReg,
-				})
+				if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+					pl += run
+					continue
+				}
+				if pl > 0 {
+					runs = append(runs, kernel.Run{
+						Dst:       pd,
+						DstRegion: pdr,
+						Len:       pl,
+						Src:       ps,
+						SrcRegion: psr,
+					})
+				}
+				ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1715,6 +1990,15 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		sBase := 0
 		for c, D := range p.Dims {
@@ -1751,18 +2035,34 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 						for i4 := 0; i4 < T; i4++ {
 							s5 := s4 + i4*ss4
 							d5 := d4 + i4*ds4
-							runs = kernel.Emit(runs, kernel.Run{
-								Dst:       d5,
-								DstRegion: 0,
-								Len:       run,
-								Src:       s5,
-								SrcRegion: sReg,
-							})
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								runs = append(runs, kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								})
+							}
+							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
 						}
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -1875,6 +2175,15 @@ func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kerne
 	nL := len(p.Layers)
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	ss0 := I * T * D * NC * Hs * Ss
 	ds0 := I * T * D * NC * Hd
 	ss1 := I * T * D * Hs * Ss
@@ -1898,15 +2207,31 @@ func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kerne
 			for i2 := 0; i2 < n2; i2++ {
 				s3 := s2 + i2*ss2
 				d3 := d2 + i2*ds2
-				runs = kernel.Emit(runs, kernel.Run{
-					Dst:       d3,
-					DstRegion: 0,
-					Len:       run,
-					Src:       s3,
-					SrcRegion: 0,
-				})
+				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+					pl += run
+					continue
+				}
+				if pl > 0 {
+					runs = append(runs, kernel.Run{
+						Dst:       pd,
+						DstRegion: pdr,
+						Len:       pl,
+						Src:       ps,
+						SrcRegion: psr,
+					})
+				}
+				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -2001,6 +2326,15 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	ss0 := I * T * D * NC * Hs * Ss
 	ds0 := I * T * D * NC * Hd
 	ss1 := I * T * D * Hs * Ss
@@ -2024,16 +2358,32 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 				for i3 := 0; i3 < T; i3++ {
 					s4 := s3 + i3*ss3
 					d4 := d3 + i3*ds3
-					runs = kernel.Emit(runs, kernel.Run{
-						Dst:       d4,
-						DstRegion: 0,
-						Len:       run,
-						Src:       s4,
-						SrcRegion: 0,
-					})
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						runs = append(runs, kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						})
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
@@ -2130,6 +2480,15 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	if n := len(runs); n > 0 {
+		last := runs[n-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		runs = runs[:n-1]
+	}
 	{
 		dBase := 0
 		for c, D := range p.Dims {
@@ -2166,18 +2525,34 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 						for i4 := 0; i4 < T; i4++ {
 							s5 := s4 + i4*ss4
 							d5 := d4 + i4*ds4
-							runs = kernel.Emit(runs, kernel.Run{
-								Dst:       d5,
-								DstRegion: dReg,
-								Len:       run,
-								Src:       s5,
-								SrcRegion: 0,
-							})
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								runs = append(runs, kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								})
+							}
+							ps, pd, psr, pdr, pl = s5, d5, 0, dReg, run
 						}
 					}
 				}
 			}
 		}
+	}
+	if pl > 0 {
+		runs = append(runs, kernel.Run{
+			Dst:       pd,
+			DstRegion: pdr,
+			Len:       pl,
+			Src:       ps,
+			SrcRegion: psr,
+		})
 	}
 	return runs
 }
