@@ -464,8 +464,7 @@ func TestVerifyReads(t *testing.T) {
 func TestAutoWithinLimits(t *testing.T) {
 	c := smallCase(t)
 	c.dst = placement.Topology{TP: 1, PP: 1}
-	tr := plan.MemoryTransport()
-	tr.CopyBandwidth, tr.CopyRunNS = 8e9, 5
+	tr := plan.Transport{Name: "t", OpNS: 100, SegmentNS: 25, Bandwidth: 7.3e9, Segments: 4, SegmentLimit: 1024, CopyBandwidth: 8e9, CopyRunNS: 5}
 	for _, x := range []struct {
 		maxOps, stage int
 		want          plan.Strategy
