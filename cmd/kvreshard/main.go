@@ -8,7 +8,7 @@
 //	                [--max-segments N] [--stage-bytes N] [--max-gap N]
 //	kvreshard write --store URL --model M --src S --pages N [--rank T/P] [--prefix P]
 //	kvreshard read  --store URL --model M --dst D --pages N [--prefix P] [--verify] [--json]
-//	kvreshard bench [--quick] [--json]
+//	kvreshard bench [--quick] [--json] [--calibrate]
 //
 // M is a model: layers=12,kv-heads=4,head-dim=8[,v-head-dim=8],dtype=fp32,page=16
 // (mla=1 for one latent component; name=, revision=, namespace= and
@@ -64,6 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"demo":  demoCmd,
 		"write": writeCmd,
 		"read":  readCmd,
+		"bench": benchCmd,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/runtime/bench"
+)
+
+// TestBenchQuickJSON runs bench --quick --json (about ten seconds): one
+// JSON line with every figure of the suite, in order, each measured or
+// skipped with a reason; progress as plain lines on stderr, which is not
+// a terminal here.
+func TestBenchQuickJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick benchmark suite")
+	}
+	code, stdout, stderr := runArgs("bench", "--quick", "--json")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "bench: 0/6 kernels\nbench: 1/6 plans\nbench: 2/6 pages\nbench: 3/6 memory store\nbench: 4/6 file store\nbench: 5/6 redis store\nbench: 6/6 done\n", stderr)
+	require.Equal(t, 1, strings.Count(stdout, "\n"))
+	var out struct {
+		Figures []map[string]any `json:"figures"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+	var names []string
+	for _, f := range out.Figures {
+		names = append(names, f["name"].(string))
+		require.Subset(t, keysOfMap(f), []string{"name", "value", "unit", "baseline"})
+		if f["skipped"] == nil {
+			require.Positive(t, f["value"], f["name"])
+			require.Positive(t, f["baseline"], f["name"])
+		}
+	}
+	require.Equal(t, bench.Names, names)
+	require.Equal(t, []string{"copy_vs_memmove", "generated_vs_interpreter", "plan_build_us_70b", "plan_build_auto_us_70b",
+		"ops_direct_70b", "ops_auto_redis_70b", "reshard_vs_identity_mem", "reshard_gbps_file", "redis_vs_get", "reshard_gbps_redis"}, names)
+}
+
+func keysOfMap(m map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestBenchUsageError(t *testing.T) {
+	code, stdout, stderr := runArgs("bench", "extra")
+	require.Equal(t, 2, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "kvreshard bench: unexpected argument \"extra\"\n", stderr)
+}

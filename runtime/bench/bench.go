@@ -1,0 +1,218 @@
+// Package bench is kvreshard's benchmark suite, the figures that
+// `kvreshard bench` prints. Each figure is measured against its baseline
+// in the same run, on the machine at hand:
+//
+//	copy_vs_memmove           the generated copy kernel of the 70B case
+//	                          (TP 8 PLHD parts into a TP 4 page_first pool)
+//	                          against copy() of as many contiguous bytes
+//	generated_vs_interpreter  the generated range kernels of the 12
+//	                          built-in part -> pool pairs on the 70B
+//	                          problem against the interpreter
+//	plan_build_us_70b         Planner.Build of the 70B case (direct),
+//	                          against a planner that places every element
+//	                          and merges, as the reference planner does
+//	plan_build_auto_us_70b    the same with auto on the Redis cost model,
+//	                          against direct
+//	ops_direct_70b            ops of the direct plan, against the merged
+//	                          runs of the element-by-element planner
+//	ops_auto_redis_70b        ops of auto on Redis, against direct
+//	reshard_vs_identity_mem   resharded reads (TP 8 -> TP 4/PP 2 rank 0/0)
+//	                          against identity reads (TP 8 -> TP 8 rank 0)
+//	                          of as many bytes, memory store
+//	reshard_gbps_file         resharded reads (auto) from the file store,
+//	                          against direct
+//	redis_vs_get              resharded reads (auto) from Redis against
+//	                          pipelined GET of values of the same size
+//	reshard_gbps_redis        resharded reads (auto) from Redis, against
+//	                          direct
+//
+// Times are the best of several runs: the machine may be shared.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Figure is one measured figure and its baseline.
+type Figure struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+	// Baseline is what Value is measured against, in BaselineUnit; a
+	// ratio's Value is the baseline's time over the subject's.
+	Baseline     float64 `json:"baseline"`
+	BaselineUnit string  `json:"baseline_unit"`
+	// Target is the goal, such as ">= 0.8", and OK whether Value meets
+	// it; both are absent for figures without one.
+	Target string `json:"target,omitempty"`
+	OK     *bool  `json:"ok,omitempty"`
+	// Detail says what was measured.
+	Detail string `json:"detail"`
+	// Skipped is why the figure was not measured.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// Names are the figures of the suite, in the order Run reports them.
+var Names = []string{
+	"copy_vs_memmove", "generated_vs_interpreter",
+	"plan_build_us_70b", "plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b",
+	"reshard_vs_identity_mem", "reshard_gbps_file", "redis_vs_get", "reshard_gbps_redis",
+}
+
+// Options configure a run.
+type Options struct {
+	// Quick runs fewer pages and repetitions: about ten seconds on two
+	// cores instead of a minute.
+	Quick bool
+	// Progress, when set, is called before each step and once at the end
+	// (done == total).
+	Progress func(done, total int, step string)
+	// Redis starts a Redis server for the Redis figures and returns its
+	// URL and how to stop it; an error skips those figures, with the error
+	// as the reason. Nil means StartRedis.
+	Redis func() (url string, stop func(), err error)
+	// TempDir holds the file store (default: the system's).
+	TempDir string
+	// Steps, when set, runs only the steps of these names (Steps lists
+	// them), and the steps they need.
+	Steps []string
+}
+
+// Steps are the steps of a run, in order.
+var Steps = []string{"kernels", "plans", "pages", "memory store", "file store", "redis store"}
+
+// sizes are the run's repetitions and pages.
+type sizes struct {
+	reps   int // best of
+	builds int // plan builds timed
+	pages  int // pages written and read, file and Redis stores
+	// memPages are the pages of the memory store: enough that the pages
+	// read and the pool (2.5 MiB a page each) do not fit a cache.
+	memPages int
+}
+
+func (o *Options) sizes() sizes {
+	if o.Quick {
+		return sizes{reps: 3, builds: 11, pages: 4, memPages: 16}
+	}
+	return sizes{reps: 7, builds: 51, pages: 12, memPages: 32}
+}
+
+// Run runs the suite and returns its figures in the order of Names.
+func Run(ctx context.Context, o Options) ([]Figure, error) {
+	if o.Redis == nil {
+		o.Redis = StartRedis
+	}
+	c, err := newCase70(o.sizes())
+	if err != nil {
+		return nil, err
+	}
+	steps := []struct {
+		name string
+		run  func(ctx context.Context, o *Options) ([]Figure, error)
+	}{
+		{"kernels", c.kernels},
+		{"plans", c.plans},
+		{"pages", c.fill},
+		{"memory store", c.memory},
+		{"file store", c.file},
+		{"redis store", c.redis},
+	}
+	if o.Steps != nil {
+		keep := steps[:0]
+		for _, s := range steps {
+			if slices.Contains(o.Steps, s.name) || s.name == "pages" && needsPages(o.Steps) {
+				keep = append(keep, s)
+			}
+		}
+		steps = keep
+	}
+	var out []Figure
+	for i, s := range steps {
+		if o.Progress != nil {
+			o.Progress(i, len(steps), s.name)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		figs, err := s.run(ctx, &o)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+		out = append(out, figs...)
+	}
+	if o.Progress != nil {
+		o.Progress(len(steps), len(steps), "done")
+	}
+	slices.SortStableFunc(out, func(a, b Figure) int { return slices.Index(Names, a.Name) - slices.Index(Names, b.Name) })
+	return out, nil
+}
+
+// needsPages reports whether steps read pages.
+func needsPages(steps []string) bool {
+	for _, s := range steps {
+		if strings.HasSuffix(s, " store") {
+			return true
+		}
+	}
+	return false
+}
+
+// best returns the fastest of reps timings of n calls of f, per call.
+func best(reps, n int, f func() error) (time.Duration, error) {
+	b := time.Duration(math.MaxInt64)
+	for range reps {
+		start := time.Now()
+		for range n {
+			if err := f(); err != nil {
+				return 0, err
+			}
+		}
+		b = min(b, time.Since(start)/time.Duration(n))
+	}
+	return b, nil
+}
+
+// median returns the median of n timings of f.
+func median(n int, f func() error) (time.Duration, error) {
+	ts := make([]time.Duration, n)
+	for i := range ts {
+		start := time.Now()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		ts[i] = time.Since(start)
+	}
+	slices.Sort(ts)
+	return ts[n/2], nil
+}
+
+// atLeast returns a figure's target and verdict for value >= goal.
+func atLeast(f *Figure, goal float64) {
+	ok := f.Value >= goal
+	f.Target, f.OK = fmt.Sprintf(">= %g", goal), &ok
+}
+
+// atMost returns a figure's target and verdict for value <= goal.
+func atMost(f *Figure, goal float64) {
+	ok := f.Value <= goal
+	f.Target, f.OK = fmt.Sprintf("<= %g", goal), &ok
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+func gbps(bytes int, d time.Duration) float64 { return float64(bytes) / float64(d.Nanoseconds()) }
+
+// round keeps 3 significant digits.
+func round(x float64) float64 {
+	if x == 0 || math.IsInf(x, 0) || math.IsNaN(x) {
+		return x
+	}
+	p := math.Pow(10, 2-math.Floor(math.Log10(math.Abs(x))))
+	return math.Round(x*p) / p
+}

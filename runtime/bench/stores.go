@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/placement"
+	"github.com/kvreshard/kvreshard/runtime/plan"
+	"github.com/kvreshard/kvreshard/runtime/reshard"
+	"github.com/kvreshard/kvreshard/runtime/store"
+	"github.com/kvreshard/kvreshard/runtime/store/filestore"
+	"github.com/kvreshard/kvreshard/runtime/store/memstore"
+)
+
+// fill fills each writer rank's pool of one slot with the page of seed:
+// every page the suite writes has that content.
+func (c *case70) fill(ctx context.Context, o *Options) ([]Figure, error) {
+	c.pools = map[placement.Rank][][]byte{}
+	for _, r := range c.src.Ranks() {
+		b, err := plan.BindingFor(c.d, c.src, r, c.poolL, 1)
+		if err != nil {
+			return nil, err
+		}
+		g, err := plan.NewGeometry(c.d, b)
+		if err != nil {
+			return nil, err
+		}
+		regions := make([][]byte, len(g.Regions))
+		for i, n := range g.Regions {
+			regions[i] = make([]byte, n)
+		}
+		content.Fill(g, regions, 0, c.seed)
+		c.pools[r] = regions
+	}
+	return nil, nil
+}
+
+// keys returns n page keys for a store.
+func (c *case70) keys(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = manifest.PageKey(prefix, fmt.Sprintf("%016x", i), c.model.Domain())
+	}
+	return keys
+}
+
+// write writes the pages of keys as every TP 8 rank, all from slot 0 of
+// its pool.
+func (c *case70) write(ctx context.Context, st store.Store, keys []string) error {
+	slots := make([]int, len(keys))
+	for _, r := range c.src.Ranks() {
+		part, writes, err := c.src.Writer(c.d, r)
+		if err != nil {
+			return err
+		}
+		b, err := plan.BindingFor(c.d, c.src, r, c.poolL, 1)
+		if err != nil {
+			return err
+		}
+		w, err := reshard.NewWriter(st, c.m, part, writes, b)
+		if err != nil {
+			return err
+		}
+		if err := w.Publish(ctx); err != nil {
+			return err
+		}
+		res, err := w.Write(ctx, keys, slots, c.pools[r])
+		if err != nil {
+			return err
+		}
+		for _, pr := range res {
+			if pr.Status == reshard.Failed {
+				return fmt.Errorf("write %s: %w", pr.Key, pr.Err)
+			}
+		}
+	}
+	return nil
+}
+
+// reading is one measured read of every page of a run.
+type reading struct {
+	bytes    int
+	best     time.Duration
+	ops      int // transport ops of one page
+	strategy plan.Strategy
+}
+
+func (r reading) gbps() float64 { return gbps(r.bytes, r.best) }
+
+// read times reads of every page of keys by rank rank of topology t with
+// the planner options, best of the run's repetitions, after one read that
+// fills the caches and whose first and last pages are checked element by
+// element.
+func (c *case70) read(ctx context.Context, st store.Store, keys []string, t placement.Topology, rank placement.Rank, opts plan.Options) (reading, error) {
+	var out reading
+	b, err := plan.BindingFor(c.d, t, rank, c.poolL, len(keys))
+	if err != nil {
+		return out, err
+	}
+	opts.RequireCompiled = true
+	rd, err := reshard.NewReader(st, c.model.Domain(), c.d, b, reshard.ReaderOptions{Plan: opts})
+	if err != nil {
+		return out, err
+	}
+	g := rd.Geometry()
+	regions := make([][]byte, len(g.Regions))
+	for i, n := range g.Regions {
+		regions[i] = make([]byte, n)
+	}
+	slots := make([]int, len(keys))
+	for i := range slots {
+		slots[i] = len(keys) - 1 - i
+	}
+	once := func() error {
+		res, err := rd.Read(ctx, keys, slots, regions)
+		if err != nil {
+			return err
+		}
+		if res.Hit != len(keys) {
+			return fmt.Errorf("read %d of %d pages: %v", res.Hit, len(keys), res.Stop)
+		}
+		out.bytes = res.Bytes
+		return nil
+	}
+	if err := once(); err != nil {
+		return out, err
+	}
+	for _, s := range []int{slots[0], slots[len(slots)-1]} {
+		if err := content.Verify(g, regions, s, c.seed); err != nil {
+			return out, fmt.Errorf("tp=%d pp=%d rank %d/%d, after the read: %w", t.TP, t.PP, rank.TP, rank.PP, err)
+		}
+	}
+	if out.best, err = best(c.sz.reps, 1, once); err != nil {
+		return out, err
+	}
+	tpl, err := rd.Planner().Template(c.m)
+	if err != nil {
+		return out, err
+	}
+	out.ops, out.strategy = tpl.OpCount(), tpl.Strategy
+	return out, nil
+}
+
+// auto returns auto planner options on transport t.
+func auto(t plan.Transport) plan.Options { return plan.Options{Strategy: plan.Auto, Transport: &t} }
+
+// memory measures reshard_vs_identity_mem.
+func (c *case70) memory(ctx context.Context, o *Options) ([]Figure, error) {
+	st := memstore.New()
+	defer st.Close()
+	keys := c.keys("bench-mem", c.sz.memPages)
+	if err := c.write(ctx, st, keys); err != nil {
+		return nil, err
+	}
+	tr := plan.MemoryTransport()
+	rs, err := c.read(ctx, st, keys, c.reshard, placement.Rank{}, auto(tr))
+	if err != nil {
+		return nil, err
+	}
+	id, err := c.read(ctx, st, keys, c.identity, placement.Rank{}, auto(tr))
+	if err != nil {
+		return nil, err
+	}
+	f := Figure{Name: "reshard_vs_identity_mem", Value: round(rs.gbps() / id.gbps()), Unit: "x", Baseline: round(id.gbps()), BaselineUnit: "GB/s",
+		Detail: fmt.Sprintf("%d pages: TP 4/PP 2 rank 0/0 %.2f GB/s (%s, %d ops a page); TP 8 rank 0 %.2f GB/s (%s, %d ops a page)",
+			len(keys), rs.gbps(), rs.strategy, rs.ops, id.gbps(), id.strategy, id.ops)}
+	atLeast(&f, 0.8)
+	return []Figure{f}, nil
+}
+
+// file measures reshard_gbps_file.
+func (c *case70) file(ctx context.Context, o *Options) ([]Figure, error) {
+	dir, err := os.MkdirTemp(o.TempDir, "kvreshard-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	st, err := filestore.Open(dir, filestore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	keys := c.keys("bench-file", c.sz.pages)
+	if err := c.write(ctx, st, keys); err != nil {
+		return nil, err
+	}
+	rs, err := c.read(ctx, st, keys, c.reshard, placement.Rank{}, auto(plan.FileTransport()))
+	if err != nil {
+		return nil, err
+	}
+	dr, err := c.read(ctx, st, keys, c.reshard, placement.Rank{}, plan.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return []Figure{{Name: "reshard_gbps_file", Value: round(rs.gbps()), Unit: "GB/s", Baseline: round(dr.gbps()), BaselineUnit: "GB/s",
+		Detail: fmt.Sprintf("%d pages from the file store (page cache), TP 4/PP 2 rank 0/0: auto %s (%d ops a page); baseline: direct (%d ops a page)",
+			len(keys), rs.strategy, rs.ops, dr.ops)}}, nil
+}
