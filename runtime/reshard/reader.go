@@ -50,8 +50,9 @@ type Reader struct {
 	requests, pages, hits, misses, bytes, ops, rejected atomic.Int64
 
 	// stages holds staging buffers of the planner's staging bound, one per
-	// Read in progress that has staged plans.
-	stages sync.Pool
+	// Read in progress that has staged plans; bufs the ranges and segments
+	// of a Read.
+	stages, bufs sync.Pool
 }
 
 // NewReader returns a reader of pages of the model domain into a pool
@@ -66,6 +67,7 @@ func NewReader(st store.Store, domain string, d *manifest.Descriptor, b plan.Bin
 	}
 	r := &Reader{st: st, domain: domain, planner: p, opts: opts, manifests: map[string]*list.Element{}, order: list.New()}
 	r.stages.New = func() any { return new([]byte) }
+	r.bufs.New = func() any { return new(execBufs) }
 	return r, nil
 }
 
@@ -207,9 +209,10 @@ type exec struct {
 	slots   []int
 	regions [][]byte
 
+	bufs   *execBufs
 	ranges []store.Range
 	segs   [][]byte
-	ops    []plan.Op
+	delta  []int // what the page's slot adds to an offset, per region
 	units  []unit
 	start  int // first range of the batch
 	stage  *[]byte
@@ -239,15 +242,33 @@ func (r *Reader) newExec(ctx context.Context, tpls []*plan.Plan, keys []string, 
 			ns += len(t.Ops)
 		}
 	}
+	b := r.bufs.Get().(*execBufs)
+	if cap(b.ranges) < nr {
+		b.ranges = make([]store.Range, 0, nr)
+	}
+	if cap(b.segs) < ns {
+		b.segs = make([][]byte, 0, ns)
+	}
 	return &exec{r: r, ctx: ctx, tpls: tpls, keys: keys, slots: slots, regions: regions,
-		ranges: make([]store.Range, 0, nr), segs: make([][]byte, 0, ns)}
+		bufs: b, ranges: b.ranges[:0], segs: b.segs[:0], delta: make([]int, len(regions))}
+}
+
+// execBufs are the ranges and segments of a request, reused by the next
+// (a large request has a range or segment per run of every page).
+type execBufs struct {
+	ranges []store.Range
+	segs   [][]byte
 }
 
 // add adds the ranges of page i, reading the batch first when the page's
 // staging does not fit. It returns false when a read failed.
 func (x *exec) add(i int) bool {
 	t, key := x.tpls[i], x.keys[i]
-	x.ops = x.r.planner.Instantiate(t, x.slots[i], x.ops[:0])
+	// Placing the template at the slot: one add per op, as Instantiate
+	// does, without a copy of the ops.
+	for r, s := range x.r.planner.Geometry().SlotStride {
+		x.delta[r] = x.slots[i] * s
+	}
 	switch t.Strategy {
 	case plan.Staged:
 		if x.stage == nil {
@@ -282,14 +303,16 @@ func (x *exec) add(i int) bool {
 	case plan.Scatter:
 		for _, rd := range t.Reads {
 			n := len(x.segs)
-			for _, op := range x.ops[rd.First : rd.First+rd.N] {
-				x.segs = append(x.segs, x.regions[op.Region][op.Dst:op.Dst+op.Len])
+			for _, op := range t.Ops[rd.First : rd.First+rd.N] {
+				d := op.Dst + x.delta[op.Region]
+				x.segs = append(x.segs, x.regions[op.Region][d:d+op.Len])
 			}
 			x.ranges = append(x.ranges, store.Range{Key: key, Part: int(rd.Part), Off: rd.Src, Dst: x.segs[n:len(x.segs):len(x.segs)]})
 		}
 	default:
-		for _, op := range x.ops {
-			x.segs = append(x.segs, x.regions[op.Region][op.Dst:op.Dst+op.Len])
+		for _, op := range t.Ops {
+			d := op.Dst + x.delta[op.Region]
+			x.segs = append(x.segs, x.regions[op.Region][d:d+op.Len])
 			n := len(x.segs)
 			x.ranges = append(x.ranges, store.Range{Key: key, Part: int(op.Part), Off: op.Src, Dst: x.segs[n-1 : n : n]})
 		}
@@ -331,12 +354,18 @@ func (x *exec) flush() bool {
 	return true
 }
 
-// release returns the staging buffer.
+// release returns the staging buffer and the range and segment buffers,
+// which drop their references to the pool first.
 func (x *exec) release() {
 	if x.stage != nil {
 		x.r.stages.Put(x.stage)
 		x.stage = nil
 	}
+	clear(x.ranges)
+	clear(x.segs)
+	x.bufs.ranges, x.bufs.segs = x.ranges[:0], x.segs[:0]
+	x.r.bufs.Put(x.bufs)
+	x.bufs = nil
 }
 
 // checkObject checks a stored object against its manifest.
