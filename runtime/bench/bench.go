@@ -4,7 +4,10 @@
 //
 //	copy_vs_memmove           the generated copy kernel of the 70B case
 //	                          (TP 8 PLHD parts into a TP 4 page_first pool)
-//	                          against copy() of as many contiguous bytes
+//	                          against copy() of the same bytes, one call
+//	                          per run
+//	copy_vs_contiguous_memmove  the same kernel against copy() of as many
+//	                          contiguous bytes
 //	generated_vs_interpreter  the generated range kernels of the 12
 //	                          built-in part -> pool pairs on the 70B
 //	                          problem against the interpreter
@@ -23,6 +26,8 @@
 //	                          against direct
 //	redis_vs_get              resharded reads (auto) from Redis against
 //	                          pipelined GET of values of the same size
+//	redis_vs_get_parts        the same reads against pipelined GET of the
+//	                          whole parts that hold the bytes
 //	reshard_gbps_redis        resharded reads (auto) from Redis, against
 //	                          direct
 //
@@ -59,9 +64,9 @@ type Figure struct {
 
 // Names are the figures of the suite, in the order Run reports them.
 var Names = []string{
-	"copy_vs_memmove", "generated_vs_interpreter",
+	"copy_vs_memmove", "copy_vs_contiguous_memmove", "generated_vs_interpreter",
 	"plan_build_us_70b", "plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b",
-	"reshard_vs_identity_mem", "reshard_gbps_file", "redis_vs_get", "reshard_gbps_redis",
+	"reshard_vs_identity_mem", "reshard_gbps_file", "redis_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
 }
 
 // Options configure a run.
@@ -98,7 +103,7 @@ type sizes struct {
 
 func (o *Options) sizes() sizes {
 	if o.Quick {
-		return sizes{reps: 3, builds: 11, pages: 4, memPages: 16}
+		return sizes{reps: 5, builds: 11, pages: 4, memPages: 16}
 	}
 	return sizes{reps: 7, builds: 51, pages: 12, memPages: 32}
 }
