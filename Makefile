@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test generate check-generated fuzz bench vet fmt
+.PHONY: test generate check-generated fuzz bench gobench vet fmt
 
 test: vet
 	$(GO) test -race -count=1 ./...
@@ -22,5 +22,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./dsl
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./runtime/manifest
 
+# bench runs the benchmark suite (figures against their baselines);
+# gobench the packages' Go benchmarks.
 bench:
+	$(GO) run ./cmd/kvreshard bench
+
+gobench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

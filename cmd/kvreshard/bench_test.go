@@ -15,8 +15,8 @@ import (
 // skipped with a reason; progress as plain lines on stderr, which is not
 // a terminal here.
 func TestBenchQuickJSON(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the quick benchmark suite")
+	if testing.Short() || benchRace {
+		t.Skip("runs the quick benchmark suite; not in -short mode or under the race detector")
 	}
 	code, stdout, stderr := runArgs("bench", "--quick", "--json")
 	require.Equal(t, 0, code, stderr)
