@@ -31,7 +31,9 @@
 //	reshard_gbps_redis        resharded reads (auto) from Redis, against
 //	                          direct
 //
-// Times are the best of several runs: the machine may be shared.
+// Times are the best of several runs, and the kernel ratios the median of
+// turns taken in alternation with their baselines: the machine may be
+// shared.
 package bench
 
 import (
@@ -181,6 +183,31 @@ func best(reps, n int, f func() error) (time.Duration, error) {
 		b = min(b, time.Since(start)/time.Duration(n))
 	}
 	return b, nil
+}
+
+// pairwise times f and g in turns, reps times n calls each, and returns
+// the best time per call of each and the median of the turns' ratios of
+// g's time to f's: on a shared machine, turns see the same load.
+func pairwise(reps, n int, f, g func()) (tf, tg time.Duration, ratio float64) {
+	tf, tg = time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	ratios := make([]float64, reps)
+	f()
+	g()
+	for i := range ratios {
+		start := time.Now()
+		for range n {
+			f()
+		}
+		mid := time.Now()
+		for range n {
+			g()
+		}
+		df, dg := mid.Sub(start), time.Since(mid)
+		tf, tg = min(tf, df/time.Duration(n)), min(tg, dg/time.Duration(n))
+		ratios[i] = float64(dg) / float64(max(df, 1))
+	}
+	slices.Sort(ratios)
+	return tf, tg, ratios[reps/2]
 }
 
 // median returns the median of n timings of f.

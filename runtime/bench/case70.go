@@ -101,13 +101,9 @@ func (c *case70) kernels(ctx context.Context, o *Options) ([]Figure, error) {
 	if !o.Quick {
 		n = 50
 	}
-	kt, err := best(c.sz.reps, n, func() error {
+	kernelCopy := func() {
 		k.Copy(probs[0], pool, srcs[:1])
 		k.Copy(probs[1], pool, srcs[1:])
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	// copy() of the same bytes: one call per run the kernel moves, the
 	// runs precomputed; and copy() of as many contiguous bytes.
@@ -115,29 +111,19 @@ func (c *case70) kernels(ctx context.Context, o *Options) ([]Figure, error) {
 	for h := range runs {
 		runs[h] = k.Range(probs[h], nil)
 	}
-	lt, err := best(c.sz.reps, n, func() error {
+	kt, lt, lratio := pairwise(3*c.sz.reps, n, kernelCopy, func() {
 		for h, rs := range runs {
 			for _, r := range rs {
 				copy(pool[r.DstRegion][r.Dst:r.Dst+r.Len], srcs[h][r.Src:r.Src+r.Len])
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	mt, err := best(c.sz.reps, n, func() error {
-		copy(flat, srcs[0])
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	cp := Figure{Name: "copy_vs_memmove", Value: round(float64(lt) / float64(kt)), Unit: "x", Baseline: round(gbps(part, lt)), BaselineUnit: "GB/s",
+	_, mt, mratio := pairwise(3*c.sz.reps, n, kernelCopy, func() { copy(flat, srcs[0]) })
+	cp := Figure{Name: "copy_vs_memmove", Value: round(lratio), Unit: "x", Baseline: round(gbps(part, lt)), BaselineUnit: "GB/s",
 		Detail: fmt.Sprintf("generated copy kernel %s moving two TP 8 parts into a TP 4/PP 2 pool (%d bytes in %d runs of 256): %.2f GB/s; copy() of the same bytes, one call a run: %.2f GB/s",
 			k.Pair, part, 2*len(runs[0]), gbps(part, kt), gbps(part, lt))}
 	atLeast(&cp, 0.8)
-	flatFig := Figure{Name: "copy_vs_contiguous_memmove", Value: round(float64(mt) / float64(kt)), Unit: "x", Baseline: round(gbps(part, mt)), BaselineUnit: "GB/s",
+	flatFig := Figure{Name: "copy_vs_contiguous_memmove", Value: round(mratio), Unit: "x", Baseline: round(gbps(part, mt)), BaselineUnit: "GB/s",
 		Detail: fmt.Sprintf("the same kernel copy against copy() of %d contiguous bytes (%.2f GB/s): the gap is the access pattern of 256-byte runs, which any copy of these runs pays", part, gbps(part, mt))}
 
 	// Range kernels of every built-in part -> pool pair, generated and
@@ -159,23 +145,15 @@ func (c *case70) kernels(ctx context.Context, o *Options) ([]Figure, error) {
 		}
 	}
 	scratch := make([]kernel.Run, 0, 8192)
-	rangeAll := func(ks []*kernel.Kernels) func() error {
-		return func() error {
+	rangeAll := func(ks []*kernel.Kernels) func() {
+		return func() {
 			for _, k := range ks {
 				scratch = k.Range(probs[0], scratch[:0])
 			}
-			return nil
 		}
 	}
-	gt, err := best(c.sz.reps, n/4+1, rangeAll(gen))
-	if err != nil {
-		return nil, err
-	}
-	it, err := best(c.sz.reps, n/4+1, rangeAll(interp))
-	if err != nil {
-		return nil, err
-	}
-	gi := Figure{Name: "generated_vs_interpreter", Value: round(float64(it) / float64(gt)), Unit: "x", Baseline: round(us(it)), BaselineUnit: "µs",
+	gt, it, gratio := pairwise(3*c.sz.reps, n/4+1, rangeAll(gen), rangeAll(interp))
+	gi := Figure{Name: "generated_vs_interpreter", Value: round(gratio), Unit: "x", Baseline: round(us(it)), BaselineUnit: "µs",
 		Detail: fmt.Sprintf("range kernels of the 12 built-in part -> pool pairs on the 70B problem of one part: generated %.0f µs, interpreter %.0f µs", us(gt), us(it))}
 	atLeast(&gi, 3)
 	return []Figure{cp, flatFig, gi}, nil
