@@ -49,9 +49,9 @@ type Reader struct {
 
 	requests, pages, hits, misses, bytes, ops, rejected atomic.Int64
 
-	// stages holds staging buffers of the planner's staging bound, one per
-	// Read in progress that has staged plans; bufs the ranges and segments
-	// of a Read.
+	// stages holds staging buffers, at most the planner's staging bound,
+	// one per Read in progress that has staged plans; bufs the ranges and
+	// segments of a Read.
 	stages, bufs sync.Pool
 }
 
@@ -273,8 +273,8 @@ func (x *exec) add(i int) bool {
 	case plan.Staged:
 		if x.stage == nil {
 			x.stage = x.r.stages.Get().(*[]byte)
-			if len(*x.stage) < x.r.planner.StageBound() {
-				*x.stage = make([]byte, x.r.planner.StageBound())
+			if need := x.stageNeed(); len(*x.stage) < need {
+				*x.stage = make([]byte, need)
 			}
 		}
 		for a := 0; a < len(t.Reads); {
@@ -319,6 +319,26 @@ func (x *exec) add(i int) bool {
 	}
 	x.units = append(x.units, unit{page: i, end: len(x.ranges), last: true})
 	return true
+}
+
+// stageNeed is the staging buffer the request needs: every staging round
+// of its pages, up to the planner's bound (each round fits the bound).
+func (x *exec) stageNeed() int {
+	need := 0
+	for _, t := range x.tpls {
+		if t.Strategy != plan.Staged {
+			continue
+		}
+		for a := 0; a < len(t.Reads); {
+			b, foot := a, 0
+			for ; b < len(t.Reads) && t.Reads[b].Round == t.Reads[a].Round; b++ {
+				foot = max(foot, t.Reads[b].Stage+t.Reads[b].Len)
+			}
+			need += (foot + 63) &^ 63
+			a = b
+		}
+	}
+	return min(need, x.r.planner.StageBound())
 }
 
 // flush reads the batch, runs the copies of the staged rounds read in
