@@ -296,11 +296,22 @@ func (p *Planner) Verify(pl *Plan) error {
 	if p.opts.MaxBytes > 0 && pl.Bytes > p.opts.MaxBytes {
 		return fmt.Errorf("%w: %d bytes; the limit is %d", ErrLimit, pl.Bytes, p.opts.MaxBytes)
 	}
-	// One bit per item of the page's footprint in each region.
+	// One bit per granule of the page's footprint in each region: the
+	// largest power of two that divides every op's destination offset and
+	// length and every block size (at least the item size once alignment
+	// is checked), so a 256-byte run sets one bit, not 128.
+	acc := it
+	for r := range g.Regions {
+		acc |= g.BlockBytes[r]
+	}
+	for _, op := range pl.Ops {
+		acc |= op.Dst | op.Len
+	}
+	gshift := bits.TrailingZeros(uint(acc))
 	seen := make([][]uint64, len(g.Regions))
 	words := 0
 	for r := range seen {
-		words += (g.Blocks[r]*g.BlockBytes[r]/it + 63) / 64
+		words += (g.Blocks[r]*g.BlockBytes[r]>>gshift + 63) / 64
 	}
 	pooled := bitsPool.Get().(*[]uint64)
 	defer bitsPool.Put(pooled)
@@ -310,7 +321,7 @@ func (p *Planner) Verify(pl *Plan) error {
 	all := (*pooled)[:words]
 	clear(all)
 	for r := range seen {
-		n := (g.Blocks[r]*g.BlockBytes[r]/it + 63) / 64
+		n := (g.Blocks[r]*g.BlockBytes[r]>>gshift + 63) / 64
 		seen[r], all = all[:n:n], all[n:]
 	}
 	partBytes := make([]int, len(pl.Manifest.Parts))
@@ -320,7 +331,7 @@ func (p *Planner) Verify(pl *Plan) error {
 	// Item sizes are 1, 2 or 4 (Descriptor.Validate): mask and shift
 	// instead of dividing, and divide by the block stride only when the
 	// footprint has more than one block.
-	mask, shift := it-1, bits.TrailingZeros(uint(it))
+	mask := it - 1
 	total := 0
 	for i, op := range pl.Ops {
 		if (op.Src|op.Dst|op.Len)&mask != 0 || op.Len <= 0 {
@@ -349,9 +360,9 @@ func (p *Planner) Verify(pl *Plan) error {
 		if op.Dst < 0 || block >= g.Blocks[r] || op.Len > room-within {
 			return fmt.Errorf("%w: op %d writes [%d,%d) of region %s, outside the page at slot 0", ErrBounds, i, op.Dst, op.Dst+op.Len, g.RegionNames[r])
 		}
-		lo := (block*g.BlockBytes[r] + within) >> shift
-		if k := setBits(seen[r], lo, op.Len>>shift); k >= 0 {
-			return fmt.Errorf("%w: op %d writes byte %d of region %s again", ErrOverlap, i, op.Dst+(k-lo)*it, g.RegionNames[r])
+		lo := (block*g.BlockBytes[r] + within) >> gshift
+		if k := setBits(seen[r], lo, op.Len>>gshift); k >= 0 {
+			return fmt.Errorf("%w: op %d writes byte %d of region %s again", ErrOverlap, i, op.Dst+(k-lo)<<gshift, g.RegionNames[r])
 		}
 		total += op.Len
 	}
