@@ -95,7 +95,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 					if err != nil {
 						return err
 					}
-					regions := newRegions(rd.Geometry())
+					regions := rd.Geometry().NewRegions()
 					slots := make([]int, len(keys))
 					for i := range slots {
 						slots[i] = len(keys) - 1 - i // pages land in reverse slot order

@@ -35,15 +35,6 @@ func poolFor(l *compiler.Layout) *compiler.Layout {
 	return l
 }
 
-// newRegions allocates a binding's regions.
-func newRegions(g *plan.Geometry) [][]byte {
-	out := make([][]byte, len(g.Regions))
-	for i, n := range g.Regions {
-		out[i] = make([]byte, n)
-	}
-	return out
-}
-
 // writeRank writes the pages of keys as rank r of topology t, in part
 // layout l, from a pool filled with each page's content. It returns the
 // count of pages by status.
@@ -64,7 +55,7 @@ func writeRank(ctx context.Context, st store.Store, m *manifest.Manifest, t plac
 	if err := w.Publish(ctx); err != nil {
 		return nil, err
 	}
-	regions := newRegions(w.Geometry())
+	regions := w.Geometry().NewRegions()
 	slots := make([]int, len(keys))
 	for i, k := range keys {
 		slots[i] = i

@@ -129,26 +129,12 @@ type planSetup struct {
 }
 
 func setupPlan(modelFlag, srcFlag, dstFlag, kvl string, opts plan.Options) (*planSetup, error) {
-	custom, err := loadKVL(kvl)
-	if err != nil {
-		return nil, err
-	}
-	ms, err := parseModel(modelFlag)
+	ms, ts, err := parseSpecs(kvl, modelFlag, topoFlag{"--src", srcFlag, false}, topoFlag{"--dst", dstFlag, true})
 	if err != nil {
 		return nil, err
 	}
 	d := &ms.model.Descriptor
-	src, err := parseTopo("--src", srcFlag, d, custom, false)
-	if err != nil {
-		return nil, err
-	}
-	dst, err := parseTopo("--dst", dstFlag, d, custom, true)
-	if err != nil {
-		return nil, err
-	}
-	if !dst.ranked {
-		return nil, usagef("--dst: rank is required (rank=T/P, the TP rank then the PP rank)")
-	}
+	src, dst := ts[0], ts[1]
 	s := &planSetup{model: ms, src: src, dst: dst}
 	if s.man, err = plan.ManifestFor(ms.model.Domain(), d, src.topo, src.layout); err != nil {
 		return nil, usagef("--src: %v", err)

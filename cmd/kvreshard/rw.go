@@ -53,19 +53,11 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	custom, err := loadKVL(*kvl)
+	ms, tss, err := parseSpecs(*kvl, *model, topoFlag{"--src", *src, false})
 	if err != nil {
 		return err
 	}
-	ms, err := parseModel(*model)
-	if err != nil {
-		return err
-	}
-	d := &ms.model.Descriptor
-	ts, err := parseTopo("--src", *src, d, custom, false)
-	if err != nil {
-		return err
-	}
+	d, ts := &ms.model.Descriptor, tss[0]
 	if *pages < 1 {
 		return usagef("--pages is required and must be at least 1")
 	}
@@ -132,22 +124,11 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	custom, err := loadKVL(*kvl)
+	ms, tss, err := parseSpecs(*kvl, *model, topoFlag{"--dst", *dst, true})
 	if err != nil {
 		return err
 	}
-	ms, err := parseModel(*model)
-	if err != nil {
-		return err
-	}
-	d := &ms.model.Descriptor
-	ts, err := parseTopo("--dst", *dst, d, custom, true)
-	if err != nil {
-		return err
-	}
-	if !ts.ranked {
-		return usagef("--dst: rank is required (rank=T/P, the TP rank then the PP rank)")
-	}
+	d, ts := &ms.model.Descriptor, tss[0]
 	if *pages < 1 {
 		return usagef("--pages is required and must be at least 1")
 	}
@@ -174,7 +155,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	for i := range slots {
 		slots[i] = i
 	}
-	regions := newRegions(rd.Geometry())
+	regions := rd.Geometry().NewRegions()
 	start := time.Now()
 	res, err := rd.Read(ctx, keys, slots, regions)
 	if err != nil {

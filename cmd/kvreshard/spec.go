@@ -247,6 +247,37 @@ func loadKVL(list string) (map[string]*compiler.Layout, error) {
 	return out, nil
 }
 
+// topoFlag is one topology flag to parse: a writer's (--src) or a reader
+// rank's (--dst, which must name its rank).
+type topoFlag struct {
+	name, value string
+	reader      bool
+}
+
+// parseSpecs parses --kvl, --model and topology flags, in that order.
+func parseSpecs(kvl, model string, flags ...topoFlag) (*modelSpec, []*topoSpec, error) {
+	custom, err := loadKVL(kvl)
+	if err != nil {
+		return nil, nil, err
+	}
+	ms, err := parseModel(model)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []*topoSpec
+	for _, f := range flags {
+		ts, err := parseTopo(f.name, f.value, &ms.model.Descriptor, custom, f.reader)
+		if err != nil {
+			return nil, nil, err
+		}
+		if f.reader && !ts.ranked {
+			return nil, nil, usagef("%s: rank is required (rank=T/P, the TP rank then the PP rank)", f.name)
+		}
+		out = append(out, ts)
+	}
+	return ms, out, nil
+}
+
 // binding returns the binding of a ranked topology spec.
 func (t *topoSpec) binding(d *manifest.Descriptor) (plan.Binding, error) {
 	return plan.BindingFor(d, t.topo, t.rank, t.layout, t.slots)

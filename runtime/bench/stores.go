@@ -29,10 +29,7 @@ func (c *case70) fill(ctx context.Context, o *Options) ([]Figure, error) {
 		if err != nil {
 			return nil, err
 		}
-		regions := make([][]byte, len(g.Regions))
-		for i, n := range g.Regions {
-			regions[i] = make([]byte, n)
-		}
+		regions := g.NewRegions()
 		content.Fill(g, regions, 0, c.seed)
 		c.pools[r] = regions
 	}
@@ -107,10 +104,7 @@ func (c *case70) read(ctx context.Context, st store.Store, keys []string, t plac
 		return out, err
 	}
 	g := rd.Geometry()
-	regions := make([][]byte, len(g.Regions))
-	for i, n := range g.Regions {
-		regions[i] = make([]byte, n)
-	}
+	regions := g.NewRegions()
 	slots := make([]int, len(keys))
 	for i := range slots {
 		slots[i] = len(keys) - 1 - i

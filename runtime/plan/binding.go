@@ -132,6 +132,30 @@ func NewGeometry(d *manifest.Descriptor, b Binding) (*Geometry, error) {
 	return g, nil
 }
 
+// NewRegions allocates zeroed buffers for the binding's regions: a pool (or
+// a one-page buffer) laid out as the binding says.
+func (g *Geometry) NewRegions() [][]byte {
+	out := make([][]byte, len(g.Regions))
+	for i, n := range g.Regions {
+		out[i] = make([]byte, n)
+	}
+	return out
+}
+
+// CheckRegions returns an error unless regions are buffers of the
+// binding: one per region, each at least the region's size.
+func (g *Geometry) CheckRegions(regions [][]byte) error {
+	if len(regions) != len(g.Regions) {
+		return fmt.Errorf("%d pool regions given; the binding has %d", len(regions), len(g.Regions))
+	}
+	for i, r := range regions {
+		if len(r) < g.Regions[i] {
+			return fmt.Errorf("pool region %s has %d bytes; the binding needs %d", g.RegionNames[i], len(r), g.Regions[i])
+		}
+	}
+	return nil
+}
+
 // regionName names region r: k and v for separate K and V buffers, latent
 // for an MLA latent, kv for one region that holds every component.
 func regionName(l *compiler.Layout, r, comps int) string {

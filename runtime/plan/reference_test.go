@@ -160,7 +160,7 @@ func TestReferencePlans(t *testing.T) {
 
 			seed := content.Seed("page-" + c.ID)
 			parts := fillParts(t, m, seed)
-			regions := newRegions(p.Geometry())
+			regions := p.Geometry().NewRegions()
 			apply(p, tpl, slot, parts, regions)
 			require.NoError(t, verifyPage(p.Geometry(), regions, slot, seed))
 		})

@@ -94,7 +94,7 @@ func checkPlan(t *testing.T, name string, m *manifest.Manifest, p *plan.Planner,
 	require.Equal(t, g.PageBytes, tpl.Bytes, name)
 	seed := content.Seed("page/" + name)
 	parts := fillParts(t, m, seed)
-	regions := newRegions(g)
+	regions := g.NewRegions()
 	apply(p, tpl, slot, parts, regions)
 	require.NoError(t, verifyPage(g, regions, slot, seed), name)
 

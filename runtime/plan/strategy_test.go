@@ -206,7 +206,7 @@ func TestStrategiesByteExact(t *testing.T) {
 		seed := r.Uint64()
 		m, direct := c.planner(t, plan.Options{})
 		parts := fillParts(t, m, seed)
-		want := newRegions(direct.Geometry())
+		want := direct.Geometry().NewRegions()
 		dtpl, err := direct.Template(m)
 		require.NoError(t, err)
 		apply(direct, dtpl, c.slot, parts, want)
@@ -225,7 +225,7 @@ func TestStrategiesByteExact(t *testing.T) {
 				require.Equal(t, s, tpl.Strategy)
 			}
 			checkBounds(t, tpl, opts.MaxSegments, opts.StageBytes)
-			got := newRegions(p.Geometry())
+			got := p.Geometry().NewRegions()
 			execute(t, p, tpl, c.slot, parts, got, opts.StageBytes)
 			require.NoError(t, verifyPage(p.Geometry(), got, c.slot, seed), "case %d %s: %s", i, s, c.String())
 			require.Equal(t, want, got, "case %d %s: bytes outside the page changed: %s", i, s, c.String())

@@ -25,7 +25,7 @@ func TestTemplateAcrossSlots(t *testing.T) {
 			g := p.Geometry()
 			slots := []int{3, 1}
 			require.NoError(t, p.CheckSlots(slots))
-			regions := newRegions(g)
+			regions := g.NewRegions()
 			var tpls []*plan.Plan
 			for i, slot := range slots {
 				tpl, err := p.Template(m)
@@ -194,7 +194,7 @@ func TestMixedLayouts(t *testing.T) {
 			g := p.Geometry()
 			slots := []int{2, 0, 4}
 			require.NoError(t, p.CheckSlots(slots))
-			regions := newRegions(g)
+			regions := g.NewRegions()
 			ids := map[string]bool{}
 			var ops []plan.Op
 			var parts [][][]byte

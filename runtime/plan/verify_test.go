@@ -75,11 +75,3 @@ func verifyPage(g *plan.Geometry, regions [][]byte, slot int, seed uint64) error
 	}
 	return nil
 }
-
-func newRegions(g *plan.Geometry) [][]byte {
-	out := make([][]byte, len(g.Regions))
-	for i, n := range g.Regions {
-		out[i] = make([]byte, n)
-	}
-	return out
-}

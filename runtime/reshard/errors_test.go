@@ -103,7 +103,7 @@ func TestIncompletePageRefusesOtherLayout(t *testing.T) {
 			w, err := reshard.NewWriter(st, second, part, true, b)
 			require.NoError(t, err)
 			require.NoError(t, w.Publish(context.Background()))
-			regions := newRegions(w.Geometry())
+			regions := w.Geometry().NewRegions()
 			for i, k := range keys {
 				content.Fill(w.Geometry(), regions, i, content.Seed(k))
 			}

@@ -98,7 +98,7 @@ func writeRanks(t testing.TB, st store.Store, m *manifest.Manifest, topo placeme
 		w, err := reshard.NewWriter(st, m, part, writes, b)
 		require.NoError(t, err)
 		require.NoError(t, w.Publish(context.Background()))
-		regions := newRegions(w.Geometry())
+		regions := w.Geometry().NewRegions()
 		for i, k := range keys {
 			content.Fill(w.Geometry(), regions, i, content.Seed(k))
 		}
@@ -134,14 +134,6 @@ func writeAll(t testing.TB, st store.Store, mo manifest.Model, topo placement.To
 	return m
 }
 
-func newRegions(g *plan.Geometry) [][]byte {
-	out := make([][]byte, len(g.Regions))
-	for i, n := range g.Regions {
-		out[i] = make([]byte, n)
-	}
-	return out
-}
-
 // newReader returns a reader of rank r of topo into a pool of layout
 // poolName with slots pages, and its regions filled with a sentinel byte.
 func newReader(t testing.TB, st store.Store, mo manifest.Model, topo placement.Topology, r placement.Rank, poolName string, slots int, opts reshard.ReaderOptions) (*reshard.Reader, [][]byte) {
@@ -150,7 +142,7 @@ func newReader(t testing.TB, st store.Store, mo manifest.Model, topo placement.T
 	require.NoError(t, err)
 	rd, err := reshard.NewReader(st, mo.Domain(), &mo.Descriptor, b, opts)
 	require.NoError(t, err)
-	regions := newRegions(rd.Geometry())
+	regions := rd.Geometry().NewRegions()
 	for _, reg := range regions {
 		for i := range reg {
 			reg[i] = 0xa5

@@ -114,13 +114,8 @@ func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [
 		return res, fmt.Errorf("%d keys but %d slots", len(keys), len(slots))
 	}
 	g := r.planner.Geometry()
-	if len(regions) != len(g.Regions) {
-		return res, fmt.Errorf("%d pool regions given; the binding has %d", len(regions), len(g.Regions))
-	}
-	for i, reg := range regions {
-		if len(reg) < g.Regions[i] {
-			return res, fmt.Errorf("pool region %s has %d bytes; the binding needs %d", g.RegionNames[i], len(reg), g.Regions[i])
-		}
+	if err := g.CheckRegions(regions); err != nil {
+		return res, err
 	}
 	if err := r.planner.CheckSlots(slots); err != nil {
 		return res, err

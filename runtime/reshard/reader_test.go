@@ -331,7 +331,7 @@ func TestWriterArguments(t *testing.T) {
 	require.NoError(t, err)
 	w, err := reshard.NewWriter(st, m, 0, true, b)
 	require.NoError(t, err)
-	regions := newRegions(w.Geometry())
+	regions := w.Geometry().NewRegions()
 	keys := pageKeys("args", small.Domain(), 2)
 	for _, c := range []struct {
 		keys    []string

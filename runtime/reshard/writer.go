@@ -96,13 +96,8 @@ func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions 
 		return nil, fmt.Errorf("%d keys but %d slots", len(keys), len(slots))
 	}
 	g := w.plan.Geometry()
-	if len(regions) != len(g.Regions) {
-		return nil, fmt.Errorf("%d pool regions given; the binding has %d", len(regions), len(g.Regions))
-	}
-	for i, r := range regions {
-		if len(r) < g.Regions[i] {
-			return nil, fmt.Errorf("pool region %s has %d bytes; the binding needs %d", g.RegionNames[i], len(r), g.Regions[i])
-		}
+	if err := g.CheckRegions(regions); err != nil {
+		return nil, err
 	}
 	res := make([]PageResult, len(keys))
 	for i, k := range keys {
