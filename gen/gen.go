@@ -221,8 +221,9 @@ func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
 	return comment.Add(sig.Block(all...))
 }
 
-// conds returns the Go condition of a run-time fold and marks what it uses.
-func (k *kernel) conds(f compiler.Fold) string {
+// conds returns the Go conditions of a run-time fold and marks what they
+// use.
+func (k *kernel) conds(f compiler.Fold) []string {
 	var c []string
 	if f.FullLayers {
 		c = append(c, "fullLayers")
@@ -238,7 +239,7 @@ func (k *kernel) conds(f compiler.Fold) string {
 	for _, x := range c {
 		k.flags[x] = true
 	}
-	return strings.Join(c, " && ")
+	return c
 }
 
 func (k *kernel) ret() []jen.Code {
@@ -280,7 +281,24 @@ func (k *kernel) setup() []jen.Code {
 		if nest != nil {
 			blk = append(blk, nest)
 		}
-		nest = jen.If(jen.Id(k.conds(k.live[i].Fold))).Block(blk...)
+		// Conditions an enclosing if already checked are not repeated.
+		checked := map[string]bool{}
+		for _, o := range folds[:j] {
+			for _, c := range k.conds(k.live[o].Fold) {
+				checked[c] = true
+			}
+		}
+		var conds []string
+		for _, c := range k.conds(k.live[i].Fold) {
+			if !checked[c] {
+				conds = append(conds, c)
+			}
+		}
+		if len(conds) == 0 {
+			nest = jen.Block(blk...)
+			continue
+		}
+		nest = jen.If(jen.Id(strings.Join(conds, " && "))).Block(blk...)
 	}
 	if nest != nil {
 		st = append(st, nest)

@@ -392,7 +392,7 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			if fullHeads && consecutive {
 				run *= n2
 				n2 = 1
-				if fullLayers && fullHeads {
+				if fullLayers {
 					run *= n1
 					n1 = 1
 				}
@@ -495,7 +495,7 @@ func copy_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			if fullHeads && consecutive {
 				run *= n2
 				n2 = 1
-				if fullLayers && fullHeads {
+				if fullLayers {
 					run *= n1
 					n1 = 1
 				}
@@ -948,7 +948,7 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			if fullHeads && consecutive {
 				run *= n2
 				n2 = 1
-				if fullLayers && fullHeads {
+				if fullLayers {
 					run *= n1
 					n1 = 1
 				}
@@ -1053,7 +1053,7 @@ func copy_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 			if fullHeads && consecutive {
 				run *= n2
 				n2 = 1
-				if fullLayers && fullHeads {
+				if fullLayers {
 					run *= n1
 					n1 = 1
 				}
@@ -1859,7 +1859,7 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			if fullHeads {
 				run *= n2
 				n2 = 1
-				if fullHeads && consecutive {
+				if consecutive {
 					run *= n1
 					n1 = 1
 				}
@@ -1961,7 +1961,7 @@ func copy_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			if fullHeads {
 				run *= n2
 				n2 = 1
-				if fullHeads && consecutive {
+				if consecutive {
 					run *= n1
 					n1 = 1
 				}
@@ -2417,7 +2417,7 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 			if fullHeads {
 				run *= n2
 				n2 = 1
-				if fullHeads && consecutive {
+				if consecutive {
 					run *= n1
 					n1 = 1
 				}
@@ -2521,7 +2521,7 @@ func copy_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 			if fullHeads {
 				run *= n2
 				n2 = 1
-				if fullHeads && consecutive {
+				if consecutive {
 					run *= n1
 					n1 = 1
 				}
@@ -3365,7 +3365,7 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 				if fullLayers {
 					run *= n2
 					n2 = 1
-					if fullLayers {
+					{
 						run *= n1
 						n1 = 1
 					}
@@ -3478,7 +3478,7 @@ func copy_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 				if fullLayers {
 					run *= n2
 					n2 = 1
-					if fullLayers {
+					{
 						run *= n1
 						n1 = 1
 					}
@@ -4149,7 +4149,7 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 				if fullLayers {
 					run *= n2
 					n2 = 1
-					if fullLayers {
+					{
 						run *= n1
 						n1 = 1
 					}
@@ -4264,7 +4264,7 @@ func copy_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 				if fullLayers {
 					run *= n2
 					n2 = 1
-					if fullLayers {
+					{
 						run *= n1
 						n1 = 1
 					}
@@ -4366,7 +4366,7 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			if fullHeads && consecutive {
 				run *= n2
 				n2 = 1
-				if fullLayers && fullHeads {
+				if fullLayers {
 					run *= n1
 					n1 = 1
 				}
@@ -4471,7 +4471,7 @@ func copy_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			if fullHeads && consecutive {
 				run *= n2
 				n2 = 1
-				if fullLayers && fullHeads {
+				if fullLayers {
 					run *= n1
 					n1 = 1
 				}
@@ -5107,7 +5107,7 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 			if fullHeads {
 				run *= n2
 				n2 = 1
-				if fullHeads && consecutive {
+				if consecutive {
 					run *= n1
 					n1 = 1
 				}
@@ -5211,7 +5211,7 @@ func copy_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			if fullHeads {
 				run *= n2
 				n2 = 1
-				if fullHeads && consecutive {
+				if consecutive {
 					run *= n1
 					n1 = 1
 				}
@@ -6429,7 +6429,7 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 				if fullLayers {
 					run *= n2
 					n2 = 1
-					if fullLayers {
+					{
 						run *= n1
 						n1 = 1
 					}
@@ -6544,7 +6544,7 @@ func copy_page_head_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 				if fullLayers {
 					run *= n2
 					n2 = 1
-					if fullLayers {
+					{
 						run *= n1
 						n1 = 1
 					}

@@ -320,3 +320,10 @@ func TestAtomicWrite(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Regexp(t, "^kvlc: open "+regexp.QuoteMeta(filepath.Join(tmp, "nodir", ".out.go."))+"[0-9]+: no such file or directory\n$", stderr)
 }
+
+func TestHelpExitsZero(t *testing.T) {
+	code, stdout, stderr := kvlc(t, "-h")
+	require.Equal(t, 0, code)
+	require.Empty(t, stdout)
+	require.Equal(t, usage, stderr)
+}

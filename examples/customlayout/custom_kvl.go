@@ -208,10 +208,10 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 	if fullHeads {
 		run *= n2
 		n2 = 1
-		if fullHeads {
+		{
 			run *= n1
 			n1 = 1
-			if fullHeads && consecutive {
+			if consecutive {
 				run *= n0
 				n0 = 1
 			}
@@ -297,10 +297,10 @@ func copy_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	if fullHeads {
 		run *= n2
 		n2 = 1
-		if fullHeads {
+		{
 			run *= n1
 			n1 = 1
-			if fullHeads && consecutive {
+			if consecutive {
 				run *= n0
 				n0 = 1
 			}
@@ -995,7 +995,7 @@ func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 	if fullHeads {
 		run *= n1
 		n1 = 1
-		if fullHeads && consecutive {
+		if consecutive {
 			run *= n0
 			n0 = 1
 		}
@@ -1073,7 +1073,7 @@ func copy_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte)
 	if fullHeads {
 		run *= n1
 		n1 = 1
-		if fullHeads && consecutive {
+		if consecutive {
 			run *= n0
 			n0 = 1
 		}
