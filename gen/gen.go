@@ -183,18 +183,22 @@ func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
 	}
 	// Both kernels keep a pending run in locals and extend it while the
 	// next run continues it on both sides; the range kernel starts from the
-	// last run already in runs, so that it merges across calls as Emit does.
+	// last run already in runs, so that it merges across calls as Emit does,
+	// and writes runs by index into capacity it grew beforehand (an append
+	// per run costs several times more).
 	pro = append(pro, jen.Var().Defs(
 		jen.Id("ps").Op(",").Id("pd").Op(",").Id("pl").Int(),
 		jen.Id("psr").Op(",").Id("pdr").Int32(),
 	))
 	if !k.copy {
-		pro = append(pro, jen.If(jen.Id("n").Op(":=").Len(jen.Id("runs")), jen.Id("n").Op(">").Lit(0)).Block(
-			jen.Id("last").Op(":=").Id("runs").Index(jen.Id("n").Op("-").Lit(1)),
-			jen.List(jen.Id("ps"), jen.Id("pd"), jen.Id("psr"), jen.Id("pdr"), jen.Id("pl")).Op("=").List(
-				jen.Id("last").Dot("Src"), jen.Id("last").Dot("Dst"), jen.Id("last").Dot("SrcRegion"), jen.Id("last").Dot("DstRegion"), jen.Id("last").Dot("Len")),
-			jen.Id("runs").Op("=").Id("runs").Index(jen.Op(":").Id("n").Op("-").Lit(1)),
-		))
+		pro = append(pro,
+			jen.List(jen.Id("out"), jen.Id("nr")).Op(":=").List(jen.Id("runs").Index(jen.Op(":").Cap(jen.Id("runs"))), jen.Len(jen.Id("runs"))),
+			jen.If(jen.Id("nr").Op(">").Lit(0)).Block(
+				jen.Id("last").Op(":=").Id("out").Index(jen.Id("nr").Op("-").Lit(1)),
+				jen.List(jen.Id("ps"), jen.Id("pd"), jen.Id("psr"), jen.Id("pdr"), jen.Id("pl")).Op("=").List(
+					jen.Id("last").Dot("Src"), jen.Id("last").Dot("Dst"), jen.Id("last").Dot("SrcRegion"), jen.Id("last").Dot("DstRegion"), jen.Id("last").Dot("Len")),
+				jen.Id("nr").Op("--"),
+			))
 	}
 	body = append(body, k.flush())
 
@@ -216,7 +220,7 @@ func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
 	}
 	all := append(pro, body...)
 	if !k.copy {
-		all = append(all, jen.Return(jen.Id("runs")))
+		all = append(all, jen.Return(jen.Id("out").Index(jen.Op(":").Id("nr"))))
 	}
 	return comment.Add(sig.Block(all...))
 }
@@ -313,6 +317,30 @@ func (k *kernel) setup() []jen.Code {
 		off[0] = jen.Id("p").Dot("SrcHead").Op("*").Add(k.use(lp.Stride[0]))
 		off[1] = jen.Id("p").Dot("DstHead").Op("*").Add(k.use(lp.Stride[1]))
 	}
+	if !k.copy {
+		// Room for every run this setup's loops can emit, and the pending
+		// run it may flush first.
+		first := 0
+		if k.perC {
+			first = 1 // setup runs once per component, inside its loop
+		}
+		var prod *jen.Statement
+		for i := first; i < len(k.live); i++ {
+			count := k.use(k.live[i].Extent)
+			if k.live[i].Fold.Kind == compiler.Runtime {
+				count = jen.Id(fmt.Sprintf("n%d", i))
+			}
+			if prod == nil {
+				prod = count
+			} else {
+				prod = prod.Op("*").Add(count)
+			}
+		}
+		if prod == nil {
+			prod = jen.Lit(1)
+		}
+		st = append(st, jen.Id("out").Op("=").Qual(KernelPkg, "Grow").Call(jen.Id("out"), jen.Id("nr"), prod.Op("+").Lit(1)))
+	}
 	if !k.perC {
 		st = append(st, jen.Id("s0").Op(",").Id("d0").Op(":=").Add(off[0]).Op(",").Add(off[1]))
 	} else {
@@ -371,12 +399,74 @@ func (k *kernel) loop(i int, s, d, sr, dr *jen.Statement) []jen.Code {
 		return k.leaf(s, d, sr, dr)
 	}
 	lp := k.live[i]
-	iv := fmt.Sprintf("i%d", i)
-	sv, dv := fmt.Sprintf("s%d", i+1), fmt.Sprintf("d%d", i+1)
 	count := k.use(lp.Extent)
 	if lp.Fold.Kind == compiler.Runtime {
 		count = jen.Id(fmt.Sprintf("n%d", i))
 	}
+	if k.copy || lp.Mode.Axis == compiler.C {
+		return k.forLoop(i, count, s, d, sr, dr)
+	}
+	// Range kernels write the runs of their innermost loop with one stride
+	// on each side in one call (stridedLoop). Layers consecutive on both
+	// sides are one stride apart too. When the innermost loop has a single
+	// iteration (one common head, say), the loop around it is the one to
+	// stride.
+	var strided func() []jen.Code
+	var cond *jen.Statement
+	switch {
+	case i == len(k.live)-1:
+		strided = func() []jen.Code { return k.stridedLoop(i, count, s, d, sr, dr) }
+	case i == len(k.live)-2 && k.live[i+1].Mode.Axis != compiler.C:
+		in := k.live[i+1]
+		inCount := k.use(in.Extent)
+		if in.Fold.Kind == compiler.Runtime {
+			inCount = jen.Id(fmt.Sprintf("n%d", i+1))
+		}
+		cond = inCount.Op("==").Lit(1)
+		if in.Mode.Axis == compiler.L {
+			cond = jen.Id("consecutive").Op("&&").Add(cond)
+			k.flags["consecutive"] = true
+		}
+		strided = func() []jen.Code {
+			s1, d1 := k.firstOffset(i+1, s, d)
+			return k.stridedLoop(i, count, s1, d1, sr, dr)
+		}
+	default:
+		return k.forLoop(i, count, s, d, sr, dr)
+	}
+	if lp.Mode.Axis == compiler.L {
+		k.flags["consecutive"] = true
+		if cond == nil {
+			cond = jen.Id("consecutive")
+		} else {
+			cond = jen.Id("consecutive").Op("&&").Add(cond)
+		}
+	}
+	if cond == nil {
+		return strided()
+	}
+	return []jen.Code{jen.If(cond).Block(strided()...).Else().Block(k.forLoop(i, count, s, d, sr, dr)...)}
+}
+
+// firstOffset returns the offsets of the first iteration of live loop i
+// from s and d: its first common head or layer, or index 0.
+func (k *kernel) firstOffset(i int, s, d *jen.Statement) (*jen.Statement, *jen.Statement) {
+	ss, ds := jen.Id(fmt.Sprintf("ss%d", i)), jen.Id(fmt.Sprintf("ds%d", i))
+	switch k.live[i].Mode.Axis {
+	case compiler.H:
+		return s.Clone().Op("+").Id("p").Dot("SrcHead").Op("*").Add(ss), d.Clone().Op("+").Id("p").Dot("DstHead").Op("*").Add(ds)
+	case compiler.L:
+		return s.Clone().Op("+").Int().Call(jen.Id("p").Dot("Layers").Index(jen.Lit(0)).Dot("Src")).Op("*").Add(ss),
+			d.Clone().Op("+").Int().Call(jen.Id("p").Dot("Layers").Index(jen.Lit(0)).Dot("Dst")).Op("*").Add(ds)
+	}
+	return s.Clone(), d.Clone()
+}
+
+// forLoop generates live loop i as a for loop over its iterations.
+func (k *kernel) forLoop(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
+	lp := k.live[i]
+	iv := fmt.Sprintf("i%d", i)
+	sv, dv := fmt.Sprintf("s%d", i+1), fmt.Sprintf("d%d", i+1)
 	var idx [2]*jen.Statement
 	var pre []jen.Code
 	switch lp.Mode.Axis {
@@ -425,6 +515,42 @@ func (k *kernel) loop(i int, s, d, sr, dr *jen.Statement) []jen.Code {
 	return []jen.Code{jen.For(jen.Id(iv).Op(":=").Lit(0), jen.Id(iv).Op("<").Add(count), jen.Id(iv).Op("++")).Block(body...)}
 }
 
+// stridedLoop is the innermost loop of a range kernel when it has one
+// stride on each side: its first run may continue the pending run; if the
+// strides equal the run, every run continues the one before; otherwise no
+// two of its runs touch, so the ones between the first and the last are
+// written in one call with nothing to merge, and the last becomes pending.
+func (k *kernel) stridedLoop(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
+	ss, ds := jen.Id(fmt.Sprintf("ss%d", i)), jen.Id(fmt.Sprintf("ds%d", i))
+	var first [2]*jen.Statement
+	first[0], first[1] = k.firstOffset(i, s, d)
+	sv, dv := jen.Id(fmt.Sprintf("s%d", i+1)), jen.Id(fmt.Sprintf("d%d", i+1))
+	cnt := jen.Id("cnt")
+	return []jen.Code{jen.If(cnt.Clone().Op(":=").Add(count), cnt.Clone().Op(">").Lit(0)).Block(
+		sv.Clone().Op(",").Add(dv.Clone()).Op(":=").Add(first[0]).Op(",").Add(first[1]),
+		jen.If(jen.Id("pl").Op(">").Lit(0).Op("&&").Id("ps").Op("+").Id("pl").Op("==").Add(sv.Clone()).Op("&&").
+			Id("pd").Op("+").Id("pl").Op("==").Add(dv.Clone()).Op("&&").Id("psr").Op("==").Add(sr).Op("&&").Id("pdr").Op("==").Add(dr)).Block(
+			jen.Id("pl").Op("+=").Id("run"),
+		).Else().Block(
+			k.flush(),
+			jen.List(jen.Id("ps"), jen.Id("pd"), jen.Id("psr"), jen.Id("pdr"), jen.Id("pl")).Op("=").List(sv.Clone(), dv.Clone(), sr, dr, jen.Id("run")),
+		),
+		jen.If(cnt.Clone().Op(">").Lit(1)).Block(
+			jen.If(ss.Clone().Op("==").Id("run").Op("&&").Add(ds.Clone()).Op("==").Id("run")).Block(
+				jen.Id("pl").Op("+=").Parens(cnt.Clone().Op("-").Lit(1)).Op("*").Id("run"),
+			).Else().Block(
+				k.flush(),
+				jen.Id("nr").Op("=").Qual(KernelPkg, "EmitStrided").Call(jen.Id("out"), jen.Id("nr"),
+					sv.Clone().Op("+").Add(ss.Clone()), dv.Clone().Op("+").Add(ds.Clone()), ss.Clone(), ds.Clone(),
+					cnt.Clone().Op("-").Lit(2), jen.Id("run"), sr, dr),
+				jen.List(jen.Id("ps"), jen.Id("pd"), jen.Id("psr"), jen.Id("pdr"), jen.Id("pl")).Op("=").List(
+					sv.Clone().Op("+").Parens(cnt.Clone().Op("-").Lit(1)).Op("*").Add(ss.Clone()),
+					dv.Clone().Op("+").Parens(cnt.Clone().Op("-").Lit(1)).Op("*").Add(ds.Clone()), sr, dr, jen.Id("run")),
+			),
+		),
+	)}
+}
+
 // leaf extends the pending run with one run, or flushes the pending run (the
 // range kernel appends it, the copy kernel copies it) and starts a new one.
 func (k *kernel) leaf(s, d, sr, dr *jen.Statement) []jen.Code {
@@ -442,10 +568,11 @@ func (k *kernel) leaf(s, d, sr, dr *jen.Statement) []jen.Code {
 func (k *kernel) flush() jen.Code {
 	if !k.copy {
 		return jen.If(jen.Id("pl").Op(">").Lit(0)).Block(
-			jen.Id("runs").Op("=").Append(jen.Id("runs"), jen.Qual(KernelPkg, "Run").Values(jen.Dict{
+			jen.Id("out").Index(jen.Id("nr")).Op("=").Qual(KernelPkg, "Run").Values(jen.Dict{
 				jen.Id("SrcRegion"): jen.Id("psr"), jen.Id("DstRegion"): jen.Id("pdr"),
 				jen.Id("Src"): jen.Id("ps"), jen.Id("Dst"): jen.Id("pd"), jen.Id("Len"): jen.Id("pl"),
-			})),
+			}),
+			jen.Id("nr").Op("++"),
 		)
 	}
 	return jen.If(jen.Id("pl").Op(">").Lit(0)).Block(

@@ -373,10 +373,11 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -397,6 +398,7 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 					n1 = 1
 				}
 			}
+			out = kernel.Grow(out, nr, n1*n2+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -414,41 +416,121 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss2 == run && ds2 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i2 := 0; i2 < n2; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_PLHD_to_PLHD moves part PLHD to part PLHD.
@@ -564,14 +646,16 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -582,6 +666,7 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			ss2 := I * D * Hs
 			ds2 := I * T * D * Hd
 			run := I * D * nH
+			out = kernel.Grow(out, nr, T*nL+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -599,41 +684,121 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && nL == 1 {
+				if cnt := T; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < T; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss2 == run && ds2 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_PLHD_to_LPHD moves part PLHD to part LPHD.
@@ -736,14 +901,16 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -756,6 +923,7 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			ss3 := I * D
 			ds3 := I * T * D * Ld
 			run := I * D
+			out = kernel.Grow(out, nr, T*nL*nH+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -776,42 +944,100 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			for i1 := 0; i1 < T; i1++ {
 				s2 := sf + sc + i1*ss1
 				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nH == 1 {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_PLHD_to_HPLD moves part PLHD to part HPLD.
@@ -929,10 +1155,11 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -953,6 +1180,7 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 					n1 = 1
 				}
 			}
+			out = kernel.Grow(out, nr, n1*n2+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -970,41 +1198,121 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss2 == run && ds2 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i2 := 0; i2 < n2; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_PLHD_to_page_first moves part PLHD to pool page_first.
@@ -1124,14 +1432,16 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -1142,6 +1452,7 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 			ss2 := I * D * Hs
 			ds2 := I * T * D * Hd
 			run := I * D * nH
+			out = kernel.Grow(out, nr, T*nL+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -1159,41 +1470,121 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && nL == 1 {
+				if cnt := T; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < T; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss2 == run && ds2 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_PLHD_to_page_first_direct moves part PLHD to pool page_first_direct.
@@ -1300,14 +1691,16 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -1318,6 +1711,7 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 			ss2 := I * D * Hs
 			ds2 := I * T * D * Hd * Sd
 			run := I * D * nH
+			out = kernel.Grow(out, nr, T*nL+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -1335,41 +1729,121 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && nL == 1 {
+				if cnt := T; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < T; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss2 == run && ds2 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_PLHD_to_layer_first moves part PLHD to pool layer_first.
@@ -1476,14 +1950,16 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -1496,6 +1972,7 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 			ss3 := I * D
 			ds3 := I * T * D * Ld
 			run := I * D
+			out = kernel.Grow(out, nr, T*nL*nH+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -1516,42 +1993,100 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 			for i1 := 0; i1 < T; i1++ {
 				s2 := sf + sc + i1*ss1
 				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nH == 1 {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_PLHD_to_page_head moves part PLHD to pool page_head.
@@ -1662,14 +2197,16 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -1680,6 +2217,7 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			ss2 := I * D * Hs
 			ds2 := I * D * Ld * Hd
 			run := I * D * nH
+			out = kernel.Grow(out, nr, nL*T+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -1697,41 +2235,99 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && T == 1 {
+				if cnt := nL; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < nL; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2, d2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_LPHD_to_PLHD moves part LPHD to part PLHD.
@@ -1840,10 +2436,11 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -1864,6 +2461,7 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 					n1 = 1
 				}
 			}
+			out = kernel.Grow(out, nr, n1*n2+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -1881,41 +2479,99 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2, d2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_LPHD_to_LPHD moves part LPHD to part LPHD.
@@ -2034,10 +2690,11 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -2050,6 +2707,7 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			ss3 := I * D
 			ds3 := I * T * D * Ld
 			run := I * D
+			out = kernel.Grow(out, nr, nL*T*nH+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -2071,41 +2729,99 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 				lp := p.Layers[i1]
 				s2 := sf + sc + int(lp.Src)*ss1
 				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if nH == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_LPHD_to_HPLD moves part LPHD to part HPLD.
@@ -2216,14 +2932,16 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -2234,6 +2952,7 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			ss2 := I * D * Hs
 			ds2 := I * D * Ld * Hd
 			run := I * D * nH
+			out = kernel.Grow(out, nr, nL*T+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -2251,41 +2970,99 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && T == 1 {
+				if cnt := nL; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < nL; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2, d2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_LPHD_to_page_first moves part LPHD to pool page_first.
@@ -2398,10 +3175,11 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -2422,6 +3200,7 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 					n1 = 1
 				}
 			}
+			out = kernel.Grow(out, nr, n1*n2+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -2439,41 +3218,99 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2, d2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_LPHD_to_page_first_direct moves part LPHD to pool page_first_direct.
@@ -2593,14 +3430,16 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	nL := len(p.Layers)
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -2616,6 +3455,7 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 				run *= n2
 				n2 = 1
 			}
+			out = kernel.Grow(out, nr, nL*n2+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -2633,41 +3473,99 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && n2 == 1 {
+				if cnt := nL; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < nL; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2, d2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_LPHD_to_layer_first moves part LPHD to pool layer_first.
@@ -2784,10 +3682,11 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -2800,6 +3699,7 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 			ss3 := I * D
 			ds3 := I * T * D * Ld
 			run := I * D
+			out = kernel.Grow(out, nr, nL*T*nH+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -2821,41 +3721,99 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 				lp := p.Layers[i1]
 				s2 := sf + sc + int(lp.Src)*ss1
 				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if nH == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_LPHD_to_page_head moves part LPHD to pool page_head.
@@ -2966,14 +3924,16 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -2986,6 +3946,7 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			ss3 := I * D
 			ds3 := I * D * Hd
 			run := I * D
+			out = kernel.Grow(out, nr, nH*T*nL+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -3006,42 +3967,122 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_HPLD_to_PLHD moves part HPLD to part PLHD.
@@ -3150,14 +4191,16 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -3170,6 +4213,7 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			ss3 := I * D
 			ds3 := I * T * D * Hd
 			run := I * D
+			out = kernel.Grow(out, nr, nH*T*nL+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -3190,42 +4234,122 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_HPLD_to_LPHD moves part HPLD to part LPHD.
@@ -3340,10 +4464,11 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -3371,6 +4496,7 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 					}
 				}
 			}
+			out = kernel.Grow(out, nr, n1*n2*n3+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -3391,42 +4517,122 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 			for i1 := 0; i1 < n1; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < n3; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && n3 == 1 {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := n3; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < n3; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_HPLD_to_HPLD moves part HPLD to part HPLD.
@@ -3554,14 +4760,16 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -3574,6 +4782,7 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			ss3 := I * D
 			ds3 := I * D * Hd
 			run := I * D
+			out = kernel.Grow(out, nr, nH*T*nL+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -3594,42 +4803,122 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_HPLD_to_page_first moves part HPLD to pool page_first.
@@ -3742,14 +5031,16 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -3762,6 +5053,7 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 			ss3 := I * D
 			ds3 := I * T * D * Hd
 			run := I * D
+			out = kernel.Grow(out, nr, nH*T*nL+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -3782,42 +5074,122 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_HPLD_to_page_first_direct moves part HPLD to pool page_first_direct.
@@ -3930,14 +5302,16 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -3950,6 +5324,7 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 			ss3 := I * D
 			ds3 := I * T * D * Hd * Sd
 			run := I * D
+			out = kernel.Grow(out, nr, nH*T*nL+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -3970,42 +5345,122 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_HPLD_to_layer_first moves part HPLD to pool layer_first.
@@ -4124,10 +5579,11 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -4155,6 +5611,7 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 					}
 				}
 			}
+			out = kernel.Grow(out, nr, n1*n2*n3+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -4175,42 +5632,122 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 			for i1 := 0; i1 < n1; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < n3; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && n3 == 1 {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := n3; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < n3; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_HPLD_to_page_head moves part HPLD to pool page_head.
@@ -4347,10 +5884,11 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -4371,6 +5909,7 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 					n1 = 1
 				}
 			}
+			out = kernel.Grow(out, nr, n1*n2+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -4388,41 +5927,121 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss2 == run && ds2 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i2 := 0; i2 < n2; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_page_first_to_PLHD moves pool page_first to part PLHD.
@@ -4542,14 +6161,16 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -4560,6 +6181,7 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			ss2 := I * D * Ls * Hs
 			ds2 := I * D * Hd
 			run := I * D * nH
+			out = kernel.Grow(out, nr, nL*T+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -4577,41 +6199,99 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && T == 1 {
+				if cnt := nL; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < nL; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2, d2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_page_first_to_LPHD moves pool page_first to part LPHD.
@@ -4718,14 +6398,16 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -4738,6 +6420,7 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			ss3 := I * D * Hs
 			ds3 := I * D
 			run := I * D
+			out = kernel.Grow(out, nr, nH*T*nL+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -4758,42 +6441,122 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_page_first_to_HPLD moves pool page_first to part HPLD.
@@ -4906,14 +6669,16 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -4924,6 +6689,7 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 			ss2 := I * T * D * Hs
 			ds2 := I * D * Hd
 			run := I * D * nH
+			out = kernel.Grow(out, nr, T*nL+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -4941,41 +6707,121 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && nL == 1 {
+				if cnt := T; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < T; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss2 == run && ds2 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_page_first_direct_to_PLHD moves pool page_first_direct to part PLHD.
@@ -5088,10 +6934,11 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -5112,6 +6959,7 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 					n1 = 1
 				}
 			}
+			out = kernel.Grow(out, nr, n1*n2+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -5129,41 +6977,99 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2, d2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_page_first_direct_to_LPHD moves pool page_first_direct to part LPHD.
@@ -5282,14 +7188,16 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -5302,6 +7210,7 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 			ss3 := I * T * D * Hs
 			ds3 := I * D
 			run := I * D
+			out = kernel.Grow(out, nr, nH*T*nL+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -5322,42 +7231,122 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_page_first_direct_to_HPLD moves pool page_first_direct to part HPLD.
@@ -5470,14 +7459,16 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -5488,6 +7479,7 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 			ss2 := I * T * D * Hs * Ss
 			ds2 := I * D * Hd
 			run := I * D * nH
+			out = kernel.Grow(out, nr, T*nL+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -5505,41 +7497,121 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && nL == 1 {
+				if cnt := T; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < T; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss2 == run && ds2 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_layer_first_to_PLHD moves pool layer_first to part PLHD.
@@ -5647,14 +7719,16 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	nL := len(p.Layers)
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -5670,6 +7744,7 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 				run *= n2
 				n2 = 1
 			}
+			out = kernel.Grow(out, nr, nL*n2+1)
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
 			var sReg int32
@@ -5687,41 +7762,99 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+			if consecutive && n2 == 1 {
+				if cnt := nL; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			} else {
+				for i1 := 0; i1 < nL; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2, d2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_layer_first_to_LPHD moves pool layer_first to part LPHD.
@@ -5834,14 +7967,16 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -5854,6 +7989,7 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 			ss3 := I * T * D * Hs * Ss
 			ds3 := I * D
 			run := I * D
+			out = kernel.Grow(out, nr, nH*T*nL+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -5874,42 +8010,122 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_layer_first_to_HPLD moves pool layer_first to part HPLD.
@@ -6022,14 +8238,16 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -6042,6 +8260,7 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 			ss3 := I * T * D * Ls
 			ds3 := I * D
 			run := I * D
+			out = kernel.Grow(out, nr, T*nL*nH+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -6062,42 +8281,100 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 			for i1 := 0; i1 < T; i1++ {
 				s2 := sf + sc + i1*ss1
 				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && nH == 1 {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_page_head_to_PLHD moves pool page_head to part PLHD.
@@ -6214,10 +8491,11 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -6230,6 +8508,7 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 			ss3 := I * T * D * Ls
 			ds3 := I * D
 			run := I * D
+			out = kernel.Grow(out, nr, nL*T*nH+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -6251,41 +8530,99 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 				lp := p.Layers[i1]
 				s2 := sf + sc + int(lp.Src)*ss1
 				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if nH == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_page_head_to_LPHD moves pool page_head to part LPHD.
@@ -6404,10 +8741,11 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -6435,6 +8773,7 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 					}
 				}
 			}
+			out = kernel.Grow(out, nr, n1*n2*n3+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -6455,42 +8794,122 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 			for i1 := 0; i1 < n1; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < n3; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+				if consecutive && n3 == 1 {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := n3; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
+								if cnt > 1 {
+									if ss3 == run && ds3 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+										ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+									}
+								}
+							}
+						} else {
+							for i3 := 0; i3 < n3; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_page_head_to_HPLD moves pool page_head to part HPLD.

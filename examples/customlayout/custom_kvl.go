@@ -190,10 +190,11 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
@@ -217,6 +218,7 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 			}
 		}
 	}
+	out = kernel.Grow(out, nr, n0*n1*n2+1)
 	s0, d0 := p.SrcHead*I*D, p.DstHead*I*D
 	for i0 := 0; i0 < n0; i0++ {
 		lp := p.Layers[i0]
@@ -225,36 +227,55 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 		for i1 := 0; i1 < n1; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < n2; i2++ {
-				s3 := s2 + i2*ss2
-				d3 := d2 + i2*ds2
+			if cnt := n2; cnt > 0 {
+				s3, d3 := s2, d2
 				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 					pl += run
-					continue
+				} else {
+					if pl > 0 {
+						out[nr] = kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						}
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 				}
-				if pl > 0 {
-					runs = append(runs, kernel.Run{
-						Dst:       pd,
-						DstRegion: pdr,
-						Len:       pl,
-						Src:       ps,
-						SrcRegion: psr,
-					})
+				if cnt > 1 {
+					if ss2 == run && ds2 == run {
+						pl += (cnt - 1) * run
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
+						ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, 0, 0, run
+					}
 				}
-				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_flash_to_vllm_flash moves part vllm_flash to part vllm_flash.
@@ -358,10 +379,11 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
@@ -372,6 +394,7 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 	ss3 := I * D
 	ds3 := I * T * D
 	run := I * D
+	out = kernel.Grow(out, nr, nL*NC*T*nH+1)
 	s0, d0 := 0, 0
 	for i0 := 0; i0 < nL; i0++ {
 		lp := p.Layers[i0]
@@ -380,40 +403,98 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < T; i2++ {
-				s3 := s2 + i2*ss2
-				d3 := d2 + i2*ds2
-				for i3 := 0; i3 < nH; i3++ {
-					s4 := s3 + (p.SrcHead+i3)*ss3
-					d4 := d3 + (p.DstHead+i3)*ds3
-					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+			if nH == 1 {
+				if cnt := T; cnt > 0 {
+					s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss2 == run && ds2 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
+							ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, 0, 0, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			} else {
+				for i2 := 0; i2 < T; i2++ {
+					s3 := s2 + i2*ss2
+					d3 := d2 + i2*ds2
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_flash_to_flashinfer_hnd moves part vllm_flash to part flashinfer_hnd.
@@ -509,10 +590,11 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * Hd
@@ -524,6 +606,7 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 	ss4 := 8 * I
 	ds4 := 8 * I * T
 	run := 8 * I
+	out = kernel.Grow(out, nr, nL*NC*T*nH*(D/8)+1)
 	s0, d0 := 0, 0
 	for i0 := 0; i0 < nL; i0++ {
 		lp := p.Layers[i0]
@@ -539,41 +622,99 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 			for i2 := 0; i2 < T; i2++ {
 				s3 := s2 + i2*ss2
 				d3 := d2 + i2*ds2
-				for i3 := 0; i3 < nH; i3++ {
-					s4 := s3 + (p.SrcHead+i3)*ss3
-					d4 := d3 + (p.DstHead+i3)*ds3
-					for i4 := 0; i4 < (D / 8); i4++ {
-						s5 := s4 + i4*ss4
-						d5 := d4 + i4*ds4
-						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+				if (D / 8) == 1 {
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dr {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, dr, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, dr)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, dr, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
+					}
+				} else {
+					for i3 := 0; i3 < nH; i3++ {
+						s4 := s3 + (p.SrcHead+i3)*ss3
+						d4 := d3 + (p.DstHead+i3)*ds3
+						if cnt := (D / 8); cnt > 0 {
+							s5, d5 := s4, d4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
+							}
+							if cnt > 1 {
+								if ss4 == run && ds4 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, dr)
+									ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, dr, run
+								}
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_flash_to_vllm_xblock moves part vllm_flash to part vllm_xblock.
@@ -681,10 +822,11 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd * Sd
@@ -698,6 +840,7 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 		run *= n2
 		n2 = 1
 	}
+	out = kernel.Grow(out, nr, nL*NC*n2+1)
 	s0, d0 := p.SrcHead*I*D, p.DstHead*I*D
 	for i0 := 0; i0 < nL; i0++ {
 		lp := p.Layers[i0]
@@ -706,36 +849,55 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < n2; i2++ {
-				s3 := s2 + i2*ss2
-				d3 := d2 + i2*ds2
+			if cnt := n2; cnt > 0 {
+				s3, d3 := s2, d2
 				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 					pl += run
-					continue
+				} else {
+					if pl > 0 {
+						out[nr] = kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						}
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 				}
-				if pl > 0 {
-					runs = append(runs, kernel.Run{
-						Dst:       pd,
-						DstRegion: pdr,
-						Len:       pl,
-						Src:       ps,
-						SrcRegion: psr,
-					})
+				if cnt > 1 {
+					if ss2 == run && ds2 == run {
+						pl += (cnt - 1) * run
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
+						ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, 0, 0, run
+					}
 				}
-				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_flash_to_vllm_host moves part vllm_flash to pool vllm_host.
@@ -830,10 +992,11 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
@@ -844,6 +1007,7 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 	ss3 := I * D
 	ds3 := I * D * Hd
 	run := I * D
+	out = kernel.Grow(out, nr, nL*NC*nH*T+1)
 	s0, d0 := 0, 0
 	for i0 := 0; i0 < nL; i0++ {
 		lp := p.Layers[i0]
@@ -852,40 +1016,98 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < nH; i2++ {
-				s3 := s2 + (p.SrcHead+i2)*ss2
-				d3 := d2 + (p.DstHead+i2)*ds2
-				for i3 := 0; i3 < T; i3++ {
-					s4 := s3 + i3*ss3
-					d4 := d3 + i3*ds3
-					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+			if T == 1 {
+				if cnt := nH; cnt > 0 {
+					s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss2 == run && ds2 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
+							ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, 0, 0, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			} else {
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					if cnt := T; cnt > 0 {
+						s4, d4 := s3, d3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_flashinfer_hnd_to_vllm_flash moves part flashinfer_hnd to part vllm_flash.
@@ -980,10 +1202,11 @@ func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
@@ -1000,6 +1223,7 @@ func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 			n0 = 1
 		}
 	}
+	out = kernel.Grow(out, nr, n0*n1+1)
 	s0, d0 := p.SrcHead*I*T*D, p.DstHead*I*T*D
 	for i0 := 0; i0 < n0; i0++ {
 		lp := p.Layers[i0]
@@ -1013,27 +1237,29 @@ func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 				continue
 			}
 			if pl > 0 {
-				runs = append(runs, kernel.Run{
+				out[nr] = kernel.Run{
 					Dst:       pd,
 					DstRegion: pdr,
 					Len:       pl,
 					Src:       ps,
 					SrcRegion: psr,
-				})
+				}
+				nr++
 			}
 			ps, pd, psr, pdr, pl = s2, d2, 0, 0, run
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_flashinfer_hnd_to_flashinfer_hnd moves part flashinfer_hnd to part flashinfer_hnd.
@@ -1129,10 +1355,11 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * Hd
@@ -1144,6 +1371,7 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 	ss4 := 8 * I
 	ds4 := 8 * I * T
 	run := 8 * I
+	out = kernel.Grow(out, nr, nL*NC*nH*T*(D/8)+1)
 	s0, d0 := 0, 0
 	for i0 := 0; i0 < nL; i0++ {
 		lp := p.Layers[i0]
@@ -1159,41 +1387,99 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 			for i2 := 0; i2 < nH; i2++ {
 				s3 := s2 + (p.SrcHead+i2)*ss2
 				d3 := d2 + (p.DstHead+i2)*ds2
-				for i3 := 0; i3 < T; i3++ {
-					s4 := s3 + i3*ss3
-					d4 := d3 + i3*ds3
-					for i4 := 0; i4 < (D / 8); i4++ {
-						s5 := s4 + i4*ss4
-						d5 := d4 + i4*ds4
-						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+				if (D / 8) == 1 {
+					if cnt := T; cnt > 0 {
+						s4, d4 := s3, d3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dr {
 							pl += run
-							continue
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, dr, run
 						}
-						if pl > 0 {
-							runs = append(runs, kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							})
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, dr)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, dr, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
+					}
+				} else {
+					for i3 := 0; i3 < T; i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						if cnt := (D / 8); cnt > 0 {
+							s5, d5 := s4, d4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+								pl += run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
+							}
+							if cnt > 1 {
+								if ss4 == run && ds4 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, dr)
+									ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, dr, run
+								}
+							}
+						}
 					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_flashinfer_hnd_to_vllm_xblock moves part flashinfer_hnd to part vllm_xblock.
@@ -1300,10 +1586,11 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd * Sd
@@ -1314,6 +1601,7 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 	ss3 := I * D
 	ds3 := I * D * Hd
 	run := I * D
+	out = kernel.Grow(out, nr, nL*NC*nH*T+1)
 	s0, d0 := 0, 0
 	for i0 := 0; i0 < nL; i0++ {
 		lp := p.Layers[i0]
@@ -1322,40 +1610,98 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < nH; i2++ {
-				s3 := s2 + (p.SrcHead+i2)*ss2
-				d3 := d2 + (p.DstHead+i2)*ds2
-				for i3 := 0; i3 < T; i3++ {
-					s4 := s3 + i3*ss3
-					d4 := d3 + i3*ds3
-					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+			if T == 1 {
+				if cnt := nH; cnt > 0 {
+					s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss2 == run && ds2 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
+							ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, 0, 0, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			} else {
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					if cnt := T; cnt > 0 {
+						s4, d4 := s3, d3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_flashinfer_hnd_to_vllm_host moves part flashinfer_hnd to pool vllm_host.
@@ -1452,10 +1798,11 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -1470,6 +1817,7 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 			ss4 := 8 * I
 			ds4 := I * D * Hd
 			run := 8 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*T+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -1487,26 +1835,83 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 				for i2 := 0; i2 < nH; i2++ {
 					s3 := s2 + (p.SrcHead+i2)*ss2
 					d3 := d2 + (p.DstHead+i2)*ds2
-					for i3 := 0; i3 < (D / 8); i3++ {
-						s4 := s3 + i3*ss3
-						d4 := d3 + i3*ds3
-						for i4 := 0; i4 < T; i4++ {
-							s5 := s4 + i4*ss4
-							d5 := d4 + i4*ds4
-							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+					if T == 1 {
+						if cnt := (D / 8); cnt > 0 {
+							s4, d4 := s3, d3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == 0 {
 								pl += run
-								continue
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, 0, run
 							}
-							if pl > 0 {
-								runs = append(runs, kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								})
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, 0)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, 0, run
+								}
 							}
-							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
+						}
+					} else {
+						for i3 := 0; i3 < (D / 8); i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
+								}
+								if cnt > 1 {
+									if ss4 == run && ds4 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, sReg, 0)
+										ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, sReg, 0, run
+									}
+								}
+							}
 						}
 					}
 				}
@@ -1514,15 +1919,16 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_xblock_to_vllm_flash moves part vllm_xblock to part vllm_flash.
@@ -1634,10 +2040,11 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -1652,6 +2059,7 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 			ss4 := 8 * I
 			ds4 := I * D
 			run := 8 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*T+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -1669,26 +2077,83 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 				for i2 := 0; i2 < nH; i2++ {
 					s3 := s2 + (p.SrcHead+i2)*ss2
 					d3 := d2 + (p.DstHead+i2)*ds2
-					for i3 := 0; i3 < (D / 8); i3++ {
-						s4 := s3 + i3*ss3
-						d4 := d3 + i3*ds3
-						for i4 := 0; i4 < T; i4++ {
-							s5 := s4 + i4*ss4
-							d5 := d4 + i4*ds4
-							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+					if T == 1 {
+						if cnt := (D / 8); cnt > 0 {
+							s4, d4 := s3, d3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == 0 {
 								pl += run
-								continue
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, 0, run
 							}
-							if pl > 0 {
-								runs = append(runs, kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								})
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, 0)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, 0, run
+								}
 							}
-							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
+						}
+					} else {
+						for i3 := 0; i3 < (D / 8); i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
+								}
+								if cnt > 1 {
+									if ss4 == run && ds4 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, sReg, 0)
+										ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, sReg, 0, run
+									}
+								}
+							}
 						}
 					}
 				}
@@ -1696,15 +2161,16 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_xblock_to_flashinfer_hnd moves part vllm_xblock to part flashinfer_hnd.
@@ -1819,10 +2285,11 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -1836,6 +2303,7 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 				run *= n1
 				n1 = 1
 			}
+			out = kernel.Grow(out, nr, n1+1)
 			sf, df := p.SrcHead*I*T*D, p.DstHead*I*T*D
 			var sc int
 			var sReg int32
@@ -1853,37 +2321,78 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
-					pl += run
-					continue
+			if consecutive {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						pl += run
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
+					}
+					if cnt > 1 {
+						if ss1 == run && ds1 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
+							ps, pd, psr, pdr, pl = s2+(cnt-1)*ss1, d2+(cnt-1)*ds1, sReg, dReg, run
+						}
+					}
 				}
-				if pl > 0 {
-					runs = append(runs, kernel.Run{
-						Dst:       pd,
-						DstRegion: pdr,
-						Len:       pl,
-						Src:       ps,
-						SrcRegion: psr,
-					})
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						out[nr] = kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						}
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 				}
-				ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_xblock_to_vllm_xblock moves part vllm_xblock to part vllm_xblock.
@@ -1994,10 +2503,11 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		sBase := 0
@@ -2012,6 +2522,7 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 			ss4 := 8 * I
 			ds4 := I * D * Hd
 			run := 8 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*T+1)
 			sf, df := 0, 0
 			var sc int
 			var sReg int32
@@ -2029,26 +2540,83 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 				for i2 := 0; i2 < nH; i2++ {
 					s3 := s2 + (p.SrcHead+i2)*ss2
 					d3 := d2 + (p.DstHead+i2)*ds2
-					for i3 := 0; i3 < (D / 8); i3++ {
-						s4 := s3 + i3*ss3
-						d4 := d3 + i3*ds3
-						for i4 := 0; i4 < T; i4++ {
-							s5 := s4 + i4*ss4
-							d5 := d4 + i4*ds4
-							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+					if T == 1 {
+						if cnt := (D / 8); cnt > 0 {
+							s4, d4 := s3, d3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == 0 {
 								pl += run
-								continue
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, 0, run
 							}
-							if pl > 0 {
-								runs = append(runs, kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								})
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, 0)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, 0, run
+								}
 							}
-							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
+						}
+					} else {
+						for i3 := 0; i3 < (D / 8); i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
+								}
+								if cnt > 1 {
+									if ss4 == run && ds4 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, sReg, 0)
+										ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, sReg, 0, run
+									}
+								}
+							}
 						}
 					}
 				}
@@ -2056,15 +2624,16 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_xblock_to_vllm_host moves part vllm_xblock to pool vllm_host.
@@ -2179,10 +2748,11 @@ func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kerne
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	ss0 := I * T * D * NC * Hs * Ss
 	ds0 := I * T * D * NC * Hd
@@ -2196,6 +2766,7 @@ func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kerne
 		run *= n2
 		n2 = 1
 	}
+	out = kernel.Grow(out, nr, nL*NC*n2+1)
 	s0, d0 := p.SrcHead*I*D, p.DstHead*I*D
 	for i0 := 0; i0 < nL; i0++ {
 		lp := p.Layers[i0]
@@ -2204,36 +2775,55 @@ func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kerne
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < n2; i2++ {
-				s3 := s2 + i2*ss2
-				d3 := d2 + i2*ds2
+			if cnt := n2; cnt > 0 {
+				s3, d3 := s2, d2
 				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 					pl += run
-					continue
+				} else {
+					if pl > 0 {
+						out[nr] = kernel.Run{
+							Dst:       pd,
+							DstRegion: pdr,
+							Len:       pl,
+							Src:       ps,
+							SrcRegion: psr,
+						}
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 				}
-				if pl > 0 {
-					runs = append(runs, kernel.Run{
-						Dst:       pd,
-						DstRegion: pdr,
-						Len:       pl,
-						Src:       ps,
-						SrcRegion: psr,
-					})
+				if cnt > 1 {
+					if ss2 == run && ds2 == run {
+						pl += (cnt - 1) * run
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
+						ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, 0, 0, run
+					}
 				}
-				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_host_to_vllm_flash moves pool vllm_host to part vllm_flash.
@@ -2330,10 +2920,11 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	ss0 := I * T * D * NC * Hs * Ss
 	ds0 := I * T * D * NC * Hd
@@ -2344,6 +2935,7 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 	ss3 := I * D * Hs
 	ds3 := I * D
 	run := I * D
+	out = kernel.Grow(out, nr, nL*NC*nH*T+1)
 	s0, d0 := 0, 0
 	for i0 := 0; i0 < nL; i0++ {
 		lp := p.Layers[i0]
@@ -2352,40 +2944,98 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < nH; i2++ {
-				s3 := s2 + (p.SrcHead+i2)*ss2
-				d3 := d2 + (p.DstHead+i2)*ds2
-				for i3 := 0; i3 < T; i3++ {
-					s4 := s3 + i3*ss3
-					d4 := d3 + i3*ds3
-					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+			if T == 1 {
+				if cnt := nH; cnt > 0 {
+					s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 						pl += run
-						continue
+					} else {
+						if pl > 0 {
+							out[nr] = kernel.Run{
+								Dst:       pd,
+								DstRegion: pdr,
+								Len:       pl,
+								Src:       ps,
+								SrcRegion: psr,
+							}
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 					}
-					if pl > 0 {
-						runs = append(runs, kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						})
+					if cnt > 1 {
+						if ss2 == run && ds2 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
+							ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, 0, 0, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			} else {
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					if cnt := T; cnt > 0 {
+						s4, d4 := s3, d3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								out[nr] = kernel.Run{
+									Dst:       pd,
+									DstRegion: pdr,
+									Len:       pl,
+									Src:       ps,
+									SrcRegion: psr,
+								}
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+							}
+						}
+					}
 				}
 			}
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_host_to_flashinfer_hnd moves pool vllm_host to part flashinfer_hnd.
@@ -2484,10 +3134,11 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 		ps, pd, pl int
 		psr, pdr   int32
 	)
-	if n := len(runs); n > 0 {
-		last := runs[n-1]
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
 		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
-		runs = runs[:n-1]
+		nr--
 	}
 	{
 		dBase := 0
@@ -2502,6 +3153,7 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 			ss4 := I * D * Hs
 			ds4 := 8 * I
 			run := 8 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*T+1)
 			sf, df := 0, 0
 			sc := c * ss0
 			var dc int
@@ -2519,26 +3171,83 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 				for i2 := 0; i2 < nH; i2++ {
 					s3 := s2 + (p.SrcHead+i2)*ss2
 					d3 := d2 + (p.DstHead+i2)*ds2
-					for i3 := 0; i3 < (D / 8); i3++ {
-						s4 := s3 + i3*ss3
-						d4 := d3 + i3*ds3
-						for i4 := 0; i4 < T; i4++ {
-							s5 := s4 + i4*ss4
-							d5 := d4 + i4*ds4
-							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+					if T == 1 {
+						if cnt := (D / 8); cnt > 0 {
+							s4, d4 := s3, d3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dReg {
 								pl += run
-								continue
+							} else {
+								if pl > 0 {
+									out[nr] = kernel.Run{
+										Dst:       pd,
+										DstRegion: pdr,
+										Len:       pl,
+										Src:       ps,
+										SrcRegion: psr,
+									}
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, 0, dReg, run
 							}
-							if pl > 0 {
-								runs = append(runs, kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								})
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, dReg, run
+								}
 							}
-							ps, pd, psr, pdr, pl = s5, d5, 0, dReg, run
+						}
+					} else {
+						for i3 := 0; i3 < (D / 8); i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										out[nr] = kernel.Run{
+											Dst:       pd,
+											DstRegion: pdr,
+											Len:       pl,
+											Src:       ps,
+											SrcRegion: psr,
+										}
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s5, d5, 0, dReg, run
+								}
+								if cnt > 1 {
+									if ss4 == run && ds4 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											out[nr] = kernel.Run{
+												Dst:       pd,
+												DstRegion: pdr,
+												Len:       pl,
+												Src:       ps,
+												SrcRegion: psr,
+											}
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, dReg)
+										ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, dReg, run
+									}
+								}
+							}
 						}
 					}
 				}
@@ -2546,15 +3255,16 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 		}
 	}
 	if pl > 0 {
-		runs = append(runs, kernel.Run{
+		out[nr] = kernel.Run{
 			Dst:       pd,
 			DstRegion: pdr,
 			Len:       pl,
 			Src:       ps,
 			SrcRegion: psr,
-		})
+		}
+		nr++
 	}
-	return runs
+	return out[:nr]
 }
 
 // copy_vllm_host_to_vllm_xblock moves pool vllm_host to part vllm_xblock.

@@ -141,6 +141,31 @@ func Emit(runs []Run, r Run) []Run {
 	return append(runs, r)
 }
 
+// Grow returns out, or a copy of its first n runs in a longer slice, so
+// that out[n:] has room for need more runs. Range kernels write runs by
+// index into the room it makes; len(out) is its capacity.
+func Grow(out []Run, n, need int) []Run {
+	if len(out)-n >= need {
+		return out
+	}
+	s := make([]Run, max(2*len(out), n+need))
+	copy(s, out[:n])
+	return s
+}
+
+// EmitStrided writes n runs of length run at out[nr:], the first at offsets
+// s and d, each ss and ds further on, and returns nr+n. It is the innermost
+// loop of a range kernel whose runs cannot continue each other; out must
+// have room (see Grow).
+func EmitStrided(out []Run, nr, s, d, ss, ds, n, run int, sr, dr int32) int {
+	for i, w := 0, out[nr:nr+n]; i < len(w); i++ {
+		w[i] = Run{SrcRegion: sr, DstRegion: dr, Src: s, Dst: d, Len: run}
+		s += ss
+		d += ds
+	}
+	return nr + n
+}
+
 // ConsecutiveLayers reports whether the common layers are consecutive on both
 // sides, so that a layer loop can fold into the run inside it.
 func ConsecutiveLayers(ls []LayerPair) bool {
