@@ -567,11 +567,11 @@ func (k *kernel) leaf(s, d, sr, dr *jen.Statement) []jen.Code {
 
 func (k *kernel) flush() jen.Code {
 	if !k.copy {
+		// Field by field, for the reason kernel.EmitStrided gives.
 		return jen.If(jen.Id("pl").Op(">").Lit(0)).Block(
-			jen.Id("out").Index(jen.Id("nr")).Op("=").Qual(KernelPkg, "Run").Values(jen.Dict{
-				jen.Id("SrcRegion"): jen.Id("psr"), jen.Id("DstRegion"): jen.Id("pdr"),
-				jen.Id("Src"): jen.Id("ps"), jen.Id("Dst"): jen.Id("pd"), jen.Id("Len"): jen.Id("pl"),
-			}),
+			jen.Id("r").Op(":=").Op("&").Id("out").Index(jen.Id("nr")),
+			jen.List(jen.Id("r").Dot("SrcRegion"), jen.Id("r").Dot("DstRegion"), jen.Id("r").Dot("Src"), jen.Id("r").Dot("Dst"), jen.Id("r").Dot("Len")).Op("=").
+				List(jen.Id("psr"), jen.Id("pdr"), jen.Id("ps"), jen.Id("pd"), jen.Id("pl")),
 			jen.Id("nr").Op("++"),
 		)
 	}

@@ -423,13 +423,8 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -439,13 +434,8 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -464,13 +454,8 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -480,13 +465,8 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -504,13 +484,8 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								continue
 							}
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -521,13 +496,8 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -691,13 +661,8 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -707,13 +672,8 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -732,13 +692,8 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -748,13 +703,8 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -772,13 +722,8 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								continue
 							}
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -789,13 +734,8 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -951,13 +891,8 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -967,13 +902,8 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -992,13 +922,8 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -1008,13 +933,8 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -1028,13 +948,8 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -1205,13 +1120,8 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -1221,13 +1131,8 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -1246,13 +1151,8 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -1262,13 +1162,8 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -1286,13 +1181,8 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 								continue
 							}
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -1303,13 +1193,8 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -1477,13 +1362,8 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -1493,13 +1373,8 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -1518,13 +1393,8 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -1534,13 +1404,8 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -1558,13 +1423,8 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 								continue
 							}
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -1575,13 +1435,8 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -1736,13 +1591,8 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -1752,13 +1602,8 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -1777,13 +1622,8 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -1793,13 +1633,8 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -1817,13 +1652,8 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 								continue
 							}
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -1834,13 +1664,8 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -2000,13 +1825,8 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -2016,13 +1836,8 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -2041,13 +1856,8 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -2057,13 +1867,8 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -2077,13 +1882,8 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -2242,13 +2042,8 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -2258,13 +2053,8 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -2283,13 +2073,8 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -2299,13 +2084,8 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -2318,13 +2098,8 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -2486,13 +2261,8 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -2502,13 +2272,8 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -2527,13 +2292,8 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -2543,13 +2303,8 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -2562,13 +2317,8 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -2736,13 +2486,8 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -2752,13 +2497,8 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -2776,13 +2516,8 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -2792,13 +2527,8 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -2812,13 +2542,8 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -2977,13 +2702,8 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -2993,13 +2713,8 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -3018,13 +2733,8 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -3034,13 +2744,8 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -3053,13 +2758,8 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -3225,13 +2925,8 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -3241,13 +2936,8 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -3266,13 +2956,8 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -3282,13 +2967,8 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -3301,13 +2981,8 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -3480,13 +3155,8 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -3496,13 +3166,8 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -3521,13 +3186,8 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -3537,13 +3197,8 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -3556,13 +3211,8 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -3728,13 +3378,8 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -3744,13 +3389,8 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -3768,13 +3408,8 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -3784,13 +3419,8 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -3804,13 +3434,8 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -3974,13 +3599,8 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -3990,13 +3610,8 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -4015,13 +3630,8 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -4031,13 +3641,8 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -4055,13 +3660,8 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -4073,13 +3673,8 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -4241,13 +3836,8 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -4257,13 +3847,8 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -4282,13 +3867,8 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -4298,13 +3878,8 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -4322,13 +3897,8 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -4340,13 +3910,8 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -4524,13 +4089,8 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -4540,13 +4100,8 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -4565,13 +4120,8 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -4581,13 +4131,8 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -4605,13 +4150,8 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -4623,13 +4163,8 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -4810,13 +4345,8 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -4826,13 +4356,8 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -4851,13 +4376,8 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -4867,13 +4387,8 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -4891,13 +4406,8 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -4909,13 +4419,8 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -5081,13 +4586,8 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -5097,13 +4597,8 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -5122,13 +4617,8 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -5138,13 +4628,8 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -5162,13 +4647,8 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -5180,13 +4660,8 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -5352,13 +4827,8 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -5368,13 +4838,8 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -5393,13 +4858,8 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -5409,13 +4869,8 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -5433,13 +4888,8 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -5451,13 +4901,8 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -5639,13 +5084,8 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -5655,13 +5095,8 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -5680,13 +5115,8 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -5696,13 +5126,8 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -5720,13 +5145,8 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -5738,13 +5158,8 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -5934,13 +5349,8 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -5950,13 +5360,8 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -5975,13 +5380,8 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -5991,13 +5391,8 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -6015,13 +5410,8 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 								continue
 							}
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -6032,13 +5422,8 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -6206,13 +5591,8 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -6222,13 +5602,8 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -6247,13 +5622,8 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -6263,13 +5633,8 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -6282,13 +5647,8 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -6448,13 +5808,8 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -6464,13 +5819,8 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -6489,13 +5839,8 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -6505,13 +5850,8 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -6529,13 +5869,8 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -6547,13 +5882,8 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -6714,13 +6044,8 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -6730,13 +6055,8 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -6755,13 +6075,8 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -6771,13 +6086,8 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -6795,13 +6105,8 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 								continue
 							}
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -6812,13 +6117,8 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -6984,13 +6284,8 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -7000,13 +6295,8 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -7025,13 +6315,8 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -7041,13 +6326,8 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -7060,13 +6340,8 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -7238,13 +6513,8 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -7254,13 +6524,8 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -7279,13 +6544,8 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -7295,13 +6555,8 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -7319,13 +6574,8 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -7337,13 +6587,8 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -7504,13 +6749,8 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -7520,13 +6760,8 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -7545,13 +6780,8 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -7561,13 +6791,8 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -7585,13 +6810,8 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 								continue
 							}
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -7602,13 +6822,8 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -7769,13 +6984,8 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -7785,13 +6995,8 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -7810,13 +7015,8 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -7826,13 +7026,8 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -7845,13 +7040,8 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -8017,13 +7207,8 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -8033,13 +7218,8 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -8058,13 +7238,8 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -8074,13 +7249,8 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -8098,13 +7268,8 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -8116,13 +7281,8 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -8288,13 +7448,8 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -8304,13 +7459,8 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -8329,13 +7479,8 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -8345,13 +7490,8 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -8365,13 +7505,8 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -8537,13 +7672,8 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -8553,13 +7683,8 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -8577,13 +7702,8 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -8593,13 +7713,8 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -8613,13 +7728,8 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -8801,13 +7911,8 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
@@ -8817,13 +7922,8 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
@@ -8842,13 +7942,8 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -8858,13 +7953,8 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
@@ -8882,13 +7972,8 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 									continue
 								}
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
@@ -8900,13 +7985,8 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]

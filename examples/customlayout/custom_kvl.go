@@ -233,13 +233,8 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 					pl += run
 				} else {
 					if pl > 0 {
-						out[nr] = kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						}
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 						nr++
 					}
 					ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
@@ -249,13 +244,8 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 						pl += (cnt - 1) * run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
@@ -266,13 +256,8 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -410,13 +395,8 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
@@ -426,13 +406,8 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
@@ -450,13 +425,8 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
@@ -466,13 +436,8 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
@@ -485,13 +450,8 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -629,13 +589,8 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s4, d4, 0, dr, run
@@ -645,13 +600,8 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, dr)
@@ -669,13 +619,8 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
@@ -685,13 +630,8 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, dr)
@@ -705,13 +645,8 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -855,13 +790,8 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 					pl += run
 				} else {
 					if pl > 0 {
-						out[nr] = kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						}
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 						nr++
 					}
 					ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
@@ -871,13 +801,8 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 						pl += (cnt - 1) * run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
@@ -888,13 +813,8 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -1023,13 +943,8 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
@@ -1039,13 +954,8 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
@@ -1063,13 +973,8 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
@@ -1079,13 +984,8 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
@@ -1098,13 +998,8 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -1237,26 +1132,16 @@ func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 				continue
 			}
 			if pl > 0 {
-				out[nr] = kernel.Run{
-					Dst:       pd,
-					DstRegion: pdr,
-					Len:       pl,
-					Src:       ps,
-					SrcRegion: psr,
-				}
+				r := &out[nr]
+				r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 				nr++
 			}
 			ps, pd, psr, pdr, pl = s2, d2, 0, 0, run
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -1394,13 +1279,8 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s4, d4, 0, dr, run
@@ -1410,13 +1290,8 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, dr)
@@ -1434,13 +1309,8 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
@@ -1450,13 +1320,8 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, dr)
@@ -1470,13 +1335,8 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -1617,13 +1477,8 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
@@ -1633,13 +1488,8 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
@@ -1657,13 +1507,8 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
@@ -1673,13 +1518,8 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
@@ -1692,13 +1532,8 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -1842,13 +1677,8 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, 0, run
@@ -1858,13 +1688,8 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, 0)
@@ -1882,13 +1707,8 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
@@ -1898,13 +1718,8 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, sReg, 0)
@@ -1919,13 +1734,8 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -2084,13 +1894,8 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, 0, run
@@ -2100,13 +1905,8 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, 0)
@@ -2124,13 +1924,8 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
@@ -2140,13 +1935,8 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, sReg, 0)
@@ -2161,13 +1951,8 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -2328,13 +2113,8 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -2344,13 +2124,8 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s2+ss1, d2+ds1, ss1, ds1, cnt-2, run, sReg, dReg)
@@ -2368,13 +2143,8 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 						continue
 					}
 					if pl > 0 {
-						out[nr] = kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						}
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 						nr++
 					}
 					ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
@@ -2383,13 +2153,8 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -2547,13 +2312,8 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, sReg, 0, run
@@ -2563,13 +2323,8 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, 0)
@@ -2587,13 +2342,8 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
@@ -2603,13 +2353,8 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, sReg, 0)
@@ -2624,13 +2369,8 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -2781,13 +2521,8 @@ func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kerne
 					pl += run
 				} else {
 					if pl > 0 {
-						out[nr] = kernel.Run{
-							Dst:       pd,
-							DstRegion: pdr,
-							Len:       pl,
-							Src:       ps,
-							SrcRegion: psr,
-						}
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 						nr++
 					}
 					ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
@@ -2797,13 +2532,8 @@ func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kerne
 						pl += (cnt - 1) * run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
@@ -2814,13 +2544,8 @@ func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kerne
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -2951,13 +2676,8 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 						pl += run
 					} else {
 						if pl > 0 {
-							out[nr] = kernel.Run{
-								Dst:       pd,
-								DstRegion: pdr,
-								Len:       pl,
-								Src:       ps,
-								SrcRegion: psr,
-							}
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 							nr++
 						}
 						ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
@@ -2967,13 +2687,8 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 							pl += (cnt - 1) * run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, 0, 0)
@@ -2991,13 +2706,8 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 							pl += run
 						} else {
 							if pl > 0 {
-								out[nr] = kernel.Run{
-									Dst:       pd,
-									DstRegion: pdr,
-									Len:       pl,
-									Src:       ps,
-									SrcRegion: psr,
-								}
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 								nr++
 							}
 							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
@@ -3007,13 +2717,8 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 								pl += (cnt - 1) * run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
@@ -3026,13 +2731,8 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]
@@ -3178,13 +2878,8 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 								pl += run
 							} else {
 								if pl > 0 {
-									out[nr] = kernel.Run{
-										Dst:       pd,
-										DstRegion: pdr,
-										Len:       pl,
-										Src:       ps,
-										SrcRegion: psr,
-									}
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 									nr++
 								}
 								ps, pd, psr, pdr, pl = s4, d4, 0, dReg, run
@@ -3194,13 +2889,8 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 									pl += (cnt - 1) * run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, dReg)
@@ -3218,13 +2908,8 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 									pl += run
 								} else {
 									if pl > 0 {
-										out[nr] = kernel.Run{
-											Dst:       pd,
-											DstRegion: pdr,
-											Len:       pl,
-											Src:       ps,
-											SrcRegion: psr,
-										}
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 										nr++
 									}
 									ps, pd, psr, pdr, pl = s5, d5, 0, dReg, run
@@ -3234,13 +2919,8 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 										pl += (cnt - 1) * run
 									} else {
 										if pl > 0 {
-											out[nr] = kernel.Run{
-												Dst:       pd,
-												DstRegion: pdr,
-												Len:       pl,
-												Src:       ps,
-												SrcRegion: psr,
-											}
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 											nr++
 										}
 										nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, dReg)
@@ -3255,13 +2935,8 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 		}
 	}
 	if pl > 0 {
-		out[nr] = kernel.Run{
-			Dst:       pd,
-			DstRegion: pdr,
-			Len:       pl,
-			Src:       ps,
-			SrcRegion: psr,
-		}
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
 		nr++
 	}
 	return out[:nr]

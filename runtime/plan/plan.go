@@ -220,8 +220,13 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 		prob.Layers = sc.layers
 		prob.SrcHead, prob.DstHead, prob.Heads = h0-part.HeadStart, h0-b.HeadStart, h1-h0
 		sc.runs = k.Range(&prob, sc.runs[:0])
-		for _, r := range sc.runs {
-			ops = append(ops, Op{Part: int32(i), Region: r.DstRegion, Src: r.Src, Dst: r.Dst, Len: r.Len})
+		n := len(ops)
+		ops = slices.Grow(ops, len(sc.runs))[:n+len(sc.runs)]
+		for j := range sc.runs {
+			// Field by field: a composite literal copied whole stalls on
+			// store forwarding (see kernel.EmitStrided).
+			r, op := &sc.runs[j], &ops[n+j]
+			op.Part, op.Region, op.Src, op.Dst, op.Len = int32(i), r.DstRegion, r.Src, r.Dst, r.Len
 			pl.Bytes += r.Len
 		}
 	}
