@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,7 +24,7 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
 	"github.com/kvreshard/kvreshard/runtime/store"
-	"github.com/kvreshard/kvreshard/runtime/store/filestore"
+	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
 // model12 has 12 layers and 4 KV heads, K and V head dims 16 and 8, bf16
@@ -76,63 +78,57 @@ func TestWritersExitThenReadersVerify(t *testing.T) {
 	}} {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
-			url := "file://" + t.TempDir()
-			n := fmt.Sprint(s.pages)
-			var writers [][]string
-			for _, r := range s.srcRanks {
-				writers = append(writers, []string{"write", "--store", url, "--model", s.model, "--src", s.src, "--pages", n, "--rank", r})
-			}
-			var key string
-			for i, p := range runAll(t, writers...) {
-				c, k := parseWrite(t, p)
-				require.Equal(t, map[string]counts{s.srcRanks[i]: {written: s.pages}}, c, p.String())
-				if key == "" {
-					key = k
-				}
-				require.Equal(t, key, k)
-			}
-			keys := pageKeys("kvreshard", domainOf(key), s.pages+1)
-
-			// Every writer has exited. Each reader rank is a process; rank
-			// 0 also asks for one page more than was written.
-			var readers [][]string
-			for _, r := range s.dstRanks {
-				readers = append(readers, []string{"read", "--store", url, "--model", s.model, "--dst", s.dst + ",rank=" + r, "--pages", n, "--verify", "--json"})
-			}
-			readers = append(readers, []string{"read", "--store", url, "--model", s.model, "--dst", s.dst + ",rank=" + s.dstRanks[0],
-				"--pages", fmt.Sprint(s.pages + 1), "--verify", "--json"})
-			for i, p := range runAll(t, readers...) {
-				require.Equal(t, 0, p.code, p.String())
-				require.Empty(t, p.stderr.String(), p.String())
-				got := parseRead(t, p)
-				want := readJSON{Requested: s.pages, Hit: s.pages, Verified: true, Bytes: s.pages * s.share[min(i, len(s.share)-1)], Ops: got.Ops}
-				if i == len(s.dstRanks) {
-					want.Requested, want.Bytes = s.pages+1, s.pages*s.share[0]
-					want.Stop = "page missing or incomplete: " + keys[s.pages]
-				}
-				require.Equal(t, want, got, p.String())
-				require.Positive(t, got.Ops)
-			}
-
-			// Writers of the reader's topology find every page complete.
-			p := run(t, "write", "--store", url, "--model", s.model, "--src", s.again, "--pages", n)
-			c, _ := parseWrite(t, p)
-			require.Len(t, c, len(s.dstRanks))
-			for r, x := range c {
-				require.Equal(t, s.pages, x.complete+x.replica, "rank %s: %s", r, p)
-				require.Zero(t, x.written+x.refused, "rank %s: %s", r, p)
-			}
+			forEachBackend(t, func(t *testing.T, url, prefix string) { s.run(t, url, prefix) })
 		})
 	}
 }
 
-// openStore opens the file store in dir in this process.
-func openStore(t *testing.T, dir string) store.Store {
-	t.Helper()
-	st, err := filestore.Open(dir, filestore.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	return st
+func (s *scenario) run(t *testing.T, url, prefix string) {
+	n := fmt.Sprint(s.pages)
+	var writers [][]string
+	for _, r := range s.srcRanks {
+		writers = append(writers, []string{"write", "--store", url, "--prefix", prefix, "--model", s.model, "--src", s.src, "--pages", n, "--rank", r})
+	}
+	var key string
+	for i, p := range runAll(t, writers...) {
+		c, k := parseWrite(t, p)
+		require.Equal(t, map[string]counts{s.srcRanks[i]: {written: s.pages}}, c, p.String())
+		if key == "" {
+			key = k
+		}
+		require.Equal(t, key, k)
+	}
+	keys := pageKeys(prefix, domainOf(key), s.pages+1)
+
+	// Every writer has exited. Each reader rank is a process; rank 0 also
+	// asks for one page more than was written.
+	var readers [][]string
+	for _, r := range s.dstRanks {
+		readers = append(readers, []string{"read", "--store", url, "--prefix", prefix, "--model", s.model, "--dst", s.dst + ",rank=" + r, "--pages", n, "--verify", "--json"})
+	}
+	readers = append(readers, []string{"read", "--store", url, "--prefix", prefix, "--model", s.model, "--dst", s.dst + ",rank=" + s.dstRanks[0],
+		"--pages", fmt.Sprint(s.pages + 1), "--verify", "--json"})
+	for i, p := range runAll(t, readers...) {
+		require.Equal(t, 0, p.code, p.String())
+		require.Empty(t, p.stderr.String(), p.String())
+		got := parseRead(t, p)
+		want := readJSON{Requested: s.pages, Hit: s.pages, Verified: true, Bytes: s.pages * s.share[min(i, len(s.share)-1)], Ops: got.Ops}
+		if i == len(s.dstRanks) {
+			want.Requested, want.Bytes = s.pages+1, s.pages*s.share[0]
+			want.Stop = "page missing or incomplete: " + keys[s.pages]
+		}
+		require.Equal(t, want, got, p.String())
+		require.Positive(t, got.Ops)
+	}
+
+	// Writers of the reader's topology find every page complete.
+	p := run(t, "write", "--store", url, "--prefix", prefix, "--model", s.model, "--src", s.again, "--pages", n)
+	c, _ := parseWrite(t, p)
+	require.Len(t, c, len(s.dstRanks))
+	for r, x := range c {
+		require.Equal(t, s.pages, x.complete+x.replica, "rank %s: %s", r, p)
+		require.Zero(t, x.written+x.refused, "rank %s: %s", r, p)
+	}
 }
 
 // Writers of two layouts, each rank its own process, all started together,
@@ -141,139 +137,144 @@ func openStore(t *testing.T, dir string) store.Store {
 // verifies.
 func TestConcurrentLayoutsRace(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	url := "file://" + dir
-	const pages = 24
-	n := fmt.Sprint(pages)
-	a := []string{"0/0", "1/0", "0/1", "1/1"} // tp=2,pp=2,layout=PLHD
-	b := []string{"0/0", "0/1", "0/2"}        // tp=1,pp=3,layout=HPLD
-	var args [][]string
-	for i := range 4 {
-		args = append(args, []string{"write", "--store", url, "--model", model12, "--src", "tp=2,pp=2,layout=PLHD", "--pages", n, "--rank", a[i]})
-		if i < 3 {
-			args = append(args, []string{"write", "--store", url, "--model", model12, "--src", "tp=1,pp=3,layout=HPLD", "--pages", n, "--rank", b[i]})
+	forEachBackend(t, func(t *testing.T, url, prefix string) {
+		const pages = 24
+		n := fmt.Sprint(pages)
+		a := []string{"0/0", "1/0", "0/1", "1/1"} // tp=2,pp=2,layout=PLHD
+		b := []string{"0/0", "0/1", "0/2"}        // tp=1,pp=3,layout=HPLD
+		var args [][]string
+		for i := range 4 {
+			args = append(args, []string{"write", "--store", url, "--prefix", prefix, "--model", model12, "--src", "tp=2,pp=2,layout=PLHD", "--pages", n, "--rank", a[i]})
+			if i < 3 {
+				args = append(args, []string{"write", "--store", url, "--prefix", prefix, "--model", model12, "--src", "tp=1,pp=3,layout=HPLD", "--pages", n, "--rank", b[i]})
+			}
 		}
-	}
-	ps := runAll(t, args...)
-	var keyA, keyB string
-	rankCounts := map[string][]counts{}
-	for i, p := range ps {
-		c, k := parseWrite(t, p)
-		require.Len(t, c, 1, p.String())
-		layout := "A"
-		if i%2 == 1 {
-			layout = "B"
-			keyB = k
-		} else {
-			keyA = k
+		ps := runAll(t, args...)
+		var keyA, keyB string
+		rankCounts := map[string][]counts{}
+		for i, p := range ps {
+			c, k := parseWrite(t, p)
+			require.Len(t, c, 1, p.String())
+			layout := "A"
+			if i%2 == 1 {
+				layout = "B"
+				keyB = k
+			} else {
+				keyA = k
+			}
+			for _, x := range c {
+				require.Zero(t, x.replica)
+				require.Equal(t, pages, x.written+x.complete+x.refused, p.String())
+				rankCounts[layout] = append(rankCounts[layout], x)
+			}
 		}
-		for _, x := range c {
-			require.Zero(t, x.replica)
-			require.Equal(t, pages, x.written+x.complete+x.refused, p.String())
-			rankCounts[layout] = append(rankCounts[layout], x)
-		}
-	}
-	require.NotEqual(t, keyA, keyB)
+		require.NotEqual(t, keyA, keyB)
 
-	st := openStore(t, dir)
-	keys := pageKeys("kvreshard", domainOf(keyA), pages)
-	objs, err := st.Query(context.Background(), keys)
-	require.NoError(t, err)
-	won := map[string]int{}
-	for i, o := range objs {
-		require.True(t, o.Complete, "page %d", i)
-		switch o.Manifest {
-		case keyA:
-			require.Equal(t, []int{6 * 2 * lh, 6 * 2 * lh, 6 * 2 * lh, 6 * 2 * lh}, o.PartSizes, "page %d", i)
-			won["A"]++
-		case keyB:
-			require.Equal(t, []int{4 * 4 * lh, 4 * 4 * lh, 4 * 4 * lh}, o.PartSizes, "page %d", i)
-			won["B"]++
-		default:
-			t.Fatalf("page %d is complete with manifest %s, neither %s nor %s", i, o.Manifest, keyA, keyB)
+		st := openStore(t, url)
+		keys := pageKeys(prefix, domainOf(keyA), pages)
+		objs, err := st.Query(context.Background(), keys)
+		require.NoError(t, err)
+		won := map[string]int{}
+		for i, o := range objs {
+			require.True(t, o.Complete, "page %d", i)
+			switch o.Manifest {
+			case keyA:
+				require.Equal(t, []int{6 * 2 * lh, 6 * 2 * lh, 6 * 2 * lh, 6 * 2 * lh}, o.PartSizes, "page %d", i)
+				won["A"]++
+			case keyB:
+				require.Equal(t, []int{4 * 4 * lh, 4 * 4 * lh, 4 * 4 * lh}, o.PartSizes, "page %d", i)
+				won["B"]++
+			default:
+				t.Fatalf("page %d is complete with manifest %s, neither %s nor %s", i, o.Manifest, keyA, keyB)
+			}
 		}
-	}
-	t.Logf("pages won: PLHD %d, HPLD %d", won["A"], won["B"])
-	// A rank writes a page only while its layout holds the page's claim,
-	// and the claim's layout is the one that completes the page.
-	for layout, cs := range rankCounts {
-		for _, c := range cs {
-			require.Equal(t, won[layout], c.written, "layout %s: %+v", layout, cs)
+		t.Logf("pages won: PLHD %d, HPLD %d", won["A"], won["B"])
+		// A rank writes a page only while its layout holds the page's
+		// claim, and the claim's layout is the one that completes the page.
+		for layout, cs := range rankCounts {
+			for _, c := range cs {
+				require.Equal(t, won[layout], c.written, "layout %s: %+v", layout, cs)
+			}
 		}
-	}
 
-	var readers [][]string
-	for _, r := range []string{"0/0", "1/0", "2/0", "3/0"} {
-		readers = append(readers, []string{"read", "--store", url, "--model", model12, "--dst", "tp=4,layout=page_first,rank=" + r, "--pages", n, "--verify", "--json"})
-	}
-	for _, p := range runAll(t, readers...) {
-		require.Equal(t, 0, p.code, p.String())
-		got := parseRead(t, p)
-		require.Equal(t, readJSON{Requested: pages, Hit: pages, Verified: true, Bytes: pages * 12 * lh, Ops: got.Ops}, got, p.String())
-	}
+		var readers [][]string
+		for _, r := range []string{"0/0", "1/0", "2/0", "3/0"} {
+			readers = append(readers, []string{"read", "--store", url, "--prefix", prefix, "--model", model12, "--dst", "tp=4,layout=page_first,rank=" + r, "--pages", n, "--verify", "--json"})
+		}
+		for _, p := range runAll(t, readers...) {
+			require.Equal(t, 0, p.code, p.String())
+			got := parseRead(t, p)
+			require.Equal(t, readJSON{Requested: pages, Hit: pages, Verified: true, Bytes: pages * 12 * lh, Ops: got.Ops}, got, p.String())
+		}
+	})
 }
 
 // modelBig has 1 MiB pages (4 layers, 2 KV heads, head dim 128, fp32, 128
 // tokens), so that writing many of them takes a while.
 const modelBig = "layers=4,kv-heads=2,head-dim=128,dtype=fp32,page=128,name=big"
 
-// hasPart reports whether a part file has been written under dir.
-func hasPart(dir string) bool {
-	found := false
-	filepath.WalkDir(filepath.Join(dir, "objects"), func(path string, d os.DirEntry, err error) error {
-		if err == nil && strings.HasPrefix(d.Name(), "part-") {
-			found = true
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	return found
-}
-
 // Writers killed with SIGKILL in the middle of writing: no page that reads
 // as complete fails verification, and a retry completes every page.
 func TestWriterKilledThenRetried(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	url := "file://" + dir
+	forEachBackend(t, testWriterKilledThenRetried)
+}
+
+func testWriterKilledThenRetried(t *testing.T, url, prefix string) {
 	const pages = 40
 	n := fmt.Sprint(pages)
-	ws := []*proc{
-		start(t, "write", "--store", url, "--model", modelBig, "--src", "tp=2,layout=PLHD", "--pages", n, "--rank", "0/0"),
-		start(t, "write", "--store", url, "--model", modelBig, "--src", "tp=2,layout=PLHD", "--pages", n, "--rank", "1/0"),
-	}
-	// Kill both once some page is complete (so that the store holds
-	// complete pages, pages with one part and pages with none), after a
-	// short random delay.
 	mo := manifest.Model{Namespace: "kvreshard", ModelID: "big", Revision: "0", Descriptor: manifest.Descriptor{
 		Layers: []int{0, 1, 2, 3}, KVHeads: 2, HeadDims: []int{128, 128}, Dtype: "fp32", ItemSize: 4, PageSize: 128}}
-	keys := pageKeys("kvreshard", mo.Domain(), pages)
-	st := openStore(t, dir)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		objs, err := st.Query(context.Background(), keys)
-		require.NoError(t, err)
-		if slices.ContainsFunc(objs, func(o store.Object) bool { return o.Complete }) {
+	poll := openStore(t, url)
+
+	// Kill both writers once some page is complete (so that the store holds
+	// complete pages, pages with one part and pages with none), after a
+	// short random delay. When both have finished first, which a loaded
+	// machine can make happen, try again under a new prefix.
+	var keys []string
+	for try := 1; ; try++ {
+		p := fmt.Sprintf("%s-%d", prefix, try)
+		keys = pageKeys(p, mo.Domain(), pages)
+		since := lastClientIDs(t, url)
+		ws := []*proc{
+			start(t, "write", "--store", url, "--prefix", p, "--model", modelBig, "--src", "tp=2,layout=PLHD", "--pages", n, "--rank", "0/0"),
+			start(t, "write", "--store", url, "--prefix", p, "--model", modelBig, "--src", "tp=2,layout=PLHD", "--pages", n, "--rank", "1/0"),
+		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			objs, err := poll.Query(context.Background(), keys)
+			require.NoError(t, err)
+			if slices.ContainsFunc(objs, func(o store.Object) bool { return o.Complete }) {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "no page complete in a minute")
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+		for _, w := range ws {
+			w.cmd.Process.Signal(syscall.SIGKILL)
+		}
+		killed := 0
+		for _, w := range ws {
+			w.wait(t)
+			if w.code == -1 {
+				killed++
+			} else {
+				require.Equal(t, 0, w.code, w.String())
+			}
+		}
+		t.Logf("try %d: %d of 2 writers killed", try, killed)
+		if killed > 0 {
+			// A Redis server still runs the writes a killed writer had
+			// sent; they are done when it has closed the connection.
+			require.NoError(t, poll.Close())
+			waitClosed(t, url, since)
+			prefix = p
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "no page complete in a minute")
-		time.Sleep(time.Millisecond)
+		require.Less(t, try, 5, "both writers finished before the kill, 5 times")
 	}
-	time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond)
-	for _, w := range ws {
-		w.cmd.Process.Signal(syscall.SIGKILL)
-	}
-	killed := 0
-	for _, w := range ws {
-		w.wait(t)
-		if w.code == -1 {
-			killed++
-		} else {
-			require.Equal(t, 0, w.code, w.String())
-		}
-	}
-	t.Logf("%d of 2 writers killed", killed)
-	require.Positive(t, killed, "both writers finished before the kill")
+	st := openStore(t, url)
 
 	// Check in this process that every page the store calls complete
 	// verifies, and count the leading run of complete pages.
@@ -308,31 +309,84 @@ func TestWriterKilledThenRetried(t *testing.T) {
 	}
 	t.Logf("after the kill: %d pages complete, the first %d of them leading", complete, lead)
 	for _, r := range []string{"0/0", "1/0"} {
-		p := run(t, "read", "--store", url, "--model", modelBig, "--dst", "tp=2,layout=page_first,rank="+r, "--pages", n, "--verify", "--json")
+		p := run(t, "read", "--store", url, "--prefix", prefix, "--model", modelBig, "--dst", "tp=2,layout=page_first,rank="+r, "--pages", n, "--verify", "--json")
 		require.Equal(t, 0, p.code, p.String())
 		got := parseRead(t, p)
 		require.Equal(t, lead, got.Hit, p.String())
 		require.True(t, got.Verified, p.String())
 	}
 
-	// The retry: every rank again, in one process, rank 0/0 first. It
-	// finds the complete pages complete and writes its part of every
-	// other; rank 1/0 also finds complete the pages whose part 1 survived
-	// the kill.
-	p := run(t, "write", "--store", url, "--model", modelBig, "--src", "tp=2,layout=PLHD", "--pages", n)
+	// The retry: every rank again, in one process, rank 0/0 first. It finds
+	// the complete pages complete and writes its part of every other; rank
+	// 1/0 also finds complete the pages whose part 1 survived the kill.
+	p := run(t, "write", "--store", url, "--prefix", prefix, "--model", modelBig, "--src", "tp=2,layout=PLHD", "--pages", n)
 	c, _ := parseWrite(t, p)
 	require.Equal(t, counts{written: pages - complete, complete: complete}, c["0/0"], p.String())
 	require.Equal(t, pages, c["1/0"].written+c["1/0"].complete, p.String())
 	require.GreaterOrEqual(t, c["1/0"].complete, complete, p.String())
 	require.Len(t, c, 2)
 	for _, p := range runAll(t,
-		[]string{"read", "--store", url, "--model", modelBig, "--dst", "tp=1,layout=page_head,rank=0/0", "--pages", n, "--verify", "--json"},
-		[]string{"read", "--store", url, "--model", modelBig, "--dst", "tp=2,pp=2,layout=layer_first,rank=1/1", "--pages", n, "--verify", "--json"},
+		[]string{"read", "--store", url, "--prefix", prefix, "--model", modelBig, "--dst", "tp=1,layout=page_head,rank=0/0", "--pages", n, "--verify", "--json"},
+		[]string{"read", "--store", url, "--prefix", prefix, "--model", modelBig, "--dst", "tp=2,pp=2,layout=layer_first,rank=1/1", "--pages", n, "--verify", "--json"},
 	) {
 		require.Equal(t, 0, p.code, p.String())
 		got := parseRead(t, p)
 		require.Equal(t, pages, got.Hit, p.String())
 		require.True(t, got.Verified, p.String())
+	}
+}
+
+// redisAddrs returns the addresses of the Redis servers of a store URL,
+// none for another store.
+func redisAddrs(url string) []string {
+	scheme, rest, _ := strings.Cut(url, "://")
+	if scheme != "redis" && scheme != "redis+cluster" {
+		return nil
+	}
+	return strings.Split(rest, ",")
+}
+
+// lastClientIDs returns, for each Redis server of url, an id that every
+// connection it accepts later exceeds: the id of a new connection.
+func lastClientIDs(t *testing.T, url string) []int64 {
+	t.Helper()
+	var ids []int64
+	for _, a := range redisAddrs(url) {
+		v, err := redistest.Do(a, "CLIENT", "ID")
+		require.NoError(t, err)
+		ids = append(ids, v.(int64))
+	}
+	return ids
+}
+
+var clientID = regexp.MustCompile(`(?m)^id=(\d+) `)
+
+// waitClosed waits until each Redis server of url has closed every
+// connection it accepted after since (from lastClientIDs) and before now.
+// A server runs the commands a client sent before it died, and then closes
+// its connection.
+func waitClosed(t *testing.T, url string, since []int64) {
+	t.Helper()
+	until := lastClientIDs(t, url)
+	deadline := time.Now().Add(30 * time.Second)
+	for i, a := range redisAddrs(url) {
+		for {
+			v, err := redistest.Do(a, "CLIENT", "LIST")
+			require.NoError(t, err)
+			open := 0
+			for _, m := range clientID.FindAllStringSubmatch(v.(string), -1) {
+				id, err := strconv.ParseInt(m[1], 10, 64)
+				require.NoError(t, err)
+				if since[i] < id && id < until[i] {
+					open++
+				}
+			}
+			if open == 0 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "%s: %d connections still open after 30s:\n%s", a, open, v)
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 }
 

@@ -1,6 +1,11 @@
 // Package tests holds kvreshard's end-to-end tests: real `kvreshard write`
-// and `kvreshard read` processes sharing a file store, so that pages written
-// by processes that have exited (or were killed) are read by others.
+// and `kvreshard read` processes sharing a store, so that pages written by
+// processes that have exited (or were killed) are read by others. Each
+// scenario runs against every backend: the file store, a single
+// redis-server and a three-master Redis Cluster. The servers are started
+// once for the package (redistest: skipped without redis-server, a failure
+// with KVRESHARD_REQUIRE_REDIS=1), each test keeps its pages under its own
+// --prefix, and TestMain stops the servers at the end.
 package tests
 
 import (
@@ -12,14 +17,22 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/store"
+	_ "github.com/kvreshard/kvreshard/runtime/store/filestore"
+	_ "github.com/kvreshard/kvreshard/runtime/store/redisstore"
+	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
 // bin is the kvreshard binary built once by TestMain.
@@ -39,8 +52,151 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	sharedCleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// backend is a store that kvreshard processes share.
+type backend struct {
+	name string
+	// url returns the store URL for a test: a new directory for the file
+	// store, the package's server or cluster for Redis.
+	url func(t *testing.T) string
+}
+
+var backends = []backend{
+	{"file", func(t *testing.T) string { return "file://" + t.TempDir() }},
+	{"redis", func(t *testing.T) string { return redisServer.get(t, startServer).URL() }},
+	{"cluster", func(t *testing.T) string { return redisCluster.get(t, startCluster).URL() }},
+}
+
+func startServer(tb testing.TB) *redistest.Server { return redistest.StartServer(tb) }
+
+func startCluster(tb testing.TB) *redistest.Cluster { return redistest.StartCluster(tb, 3) }
+
+// forEachBackend runs f as a parallel subtest for each backend, with the
+// store URL and a page key prefix that no other test uses.
+func forEachBackend(t *testing.T, f func(t *testing.T, url, prefix string)) {
+	t.Helper()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, b.url(t), newPrefix(t))
+		})
+	}
+}
+
+var prefixes atomic.Int64
+
+// newPrefix returns a page key prefix made of the test's name and a number
+// that no other test of this process has: the Redis servers outlive a test,
+// and with -count a test runs more than once.
+func newPrefix(t *testing.T) string {
+	name := strings.Map(func(r rune) rune {
+		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' {
+			return r
+		}
+		return '-'
+	}, t.Name())
+	return fmt.Sprintf("%s-%d", name, prefixes.Add(1))
+}
+
+// openStore opens url in this process.
+func openStore(t *testing.T, url string) store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// shared is a value that the package's tests share, such as a Redis
+// server, started by the first test that asks for it.
+type shared[T any] struct {
+	once sync.Once
+	v    T
+	tb   sharedTB
+}
+
+var (
+	redisServer  shared[*redistest.Server]
+	redisCluster shared[*redistest.Cluster]
+)
+
+// get starts the value once; when starting skipped or failed (redistest
+// skips without redis-server, or fails with KVRESHARD_REQUIRE_REDIS=1),
+// every test that asks for it skips or fails with the same message.
+func (s *shared[T]) get(t *testing.T, start func(testing.TB) T) T {
+	t.Helper()
+	s.once.Do(func() {
+		done := make(chan struct{})
+		go func() { // Skip and Fatal end this goroutine
+			defer close(done)
+			s.v = start(&s.tb)
+		}()
+		<-done
+	})
+	switch {
+	case s.tb.skipped != "":
+		t.Skip(s.tb.skipped)
+	case s.tb.failed != "":
+		t.Fatal(s.tb.failed)
+	}
+	return s.v
+}
+
+// sharedTB is the testing.TB of a shared value: its temporary directories
+// and cleanups last until TestMain calls sharedCleanup. It has the methods
+// redistest uses; others panic (the embedded TB is nil).
+type sharedTB struct {
+	testing.TB
+	skipped, failed string
+}
+
+var (
+	cleanupMu sync.Mutex
+	cleanups  []func()
+)
+
+func (*sharedTB) Helper() {}
+
+func (*sharedTB) Cleanup(f func()) {
+	cleanupMu.Lock()
+	defer cleanupMu.Unlock()
+	cleanups = append(cleanups, f)
+}
+
+func (s *sharedTB) TempDir() string {
+	dir, err := os.MkdirTemp("", "kvreshard-e2e-redis-")
+	if err != nil {
+		s.Fatal(err)
+	}
+	s.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func (s *sharedTB) Skip(args ...any) {
+	s.skipped = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+func (s *sharedTB) Fatal(args ...any) {
+	s.failed = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+func (s *sharedTB) Fatalf(format string, args ...any) { s.Fatal(fmt.Sprintf(format, args...)) }
+
+// sharedCleanup runs the cleanups of the shared values, last first: it
+// kills the Redis servers and removes their directories.
+func sharedCleanup() {
+	cleanupMu.Lock()
+	defer cleanupMu.Unlock()
+	for _, f := range slices.Backward(cleanups) {
+		f()
+	}
+	cleanups = nil
 }
 
 // proc is one kvreshard process.
@@ -153,8 +309,9 @@ func parseWrite(t *testing.T, p *proc) (map[string]counts, string) {
 // domainOf returns the model domain of a manifest key.
 func domainOf(manifestKey string) string { return strings.Split(manifestKey, "/")[1] }
 
-// pageKeys are the keys kvreshard write and read use for --pages n
-// (cmd/kvreshard/pages.go): the prefix, a token-hash stand-in, the domain.
+// pageKeys are the keys kvreshard write and read use for --pages n and
+// --prefix prefix (cmd/kvreshard/pages.go): the prefix, a token-hash
+// stand-in, the domain.
 func pageKeys(prefix, domain string, n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
