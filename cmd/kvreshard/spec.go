@@ -131,6 +131,9 @@ func parseModel(s string) (*modelSpec, error) {
 		m.Namespace = v
 	}
 	m.Fingerprint = kv["fingerprint"]
+	if err := m.Validate(); err != nil {
+		return nil, usagef("%s: %v", f, err)
+	}
 	return &modelSpec{model: m}, nil
 }
 

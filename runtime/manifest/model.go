@@ -3,7 +3,9 @@ package manifest
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Model is the semantic identity of a model: everything that changes the
@@ -18,11 +20,26 @@ type Model struct {
 	Descriptor  Descriptor `json:"descriptor"`
 }
 
+// Validate returns the first thing wrong with m: its descriptor, or a
+// string that is not valid UTF-8 (JSON cannot carry it, so two such models
+// could share a domain).
+func (m *Model) Validate() error {
+	for _, f := range []struct{ name, v string }{
+		{"namespace", m.Namespace}, {"model id", m.ModelID}, {"revision", m.Revision}, {"fingerprint", m.Fingerprint},
+	} {
+		if !utf8.ValidString(f.v) {
+			return fmt.Errorf("model %s %q is not valid UTF-8", f.name, f.v)
+		}
+	}
+	return m.Descriptor.Validate()
+}
+
 // Domain returns the model domain: the hex SHA-256 of the canonical JSON
 // (keys sorted, no spaces) of the namespace, model id, revision, fingerprint
 // and descriptor. Nothing about TP, PP, ranks or physical layout enters it,
-// so every topology of the same model has the same domain. Invalid UTF-8 in
-// the strings is encoded as U+FFFD.
+// so every topology of the same model has the same domain. Only a model
+// that Validate accepts has a domain of its own: invalid UTF-8 in its
+// strings is encoded as U+FFFD, so such strings can collide.
 func (m *Model) Domain() string {
 	b := []byte(`{"descriptor":`)
 	b = m.Descriptor.appendJSON(b)
