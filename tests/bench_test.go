@@ -1,0 +1,55 @@
+package tests
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
+)
+
+// TestBenchQuick runs `kvreshard bench --quick --json` as a process (the
+// binary is built without the race detector, so the suite's figures are
+// measured here even under make test): one JSON line with every figure, in
+// order, each with a value and a baseline. With redis-server installed the
+// Redis figures are measured too; without it they are skipped with the
+// reason, unless KVRESHARD_REQUIRE_REDIS=1 makes that a failure.
+func TestBenchQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick benchmark suite (about ten seconds); not in -short mode")
+	}
+	p := run(t, "bench", "--quick", "--json")
+	require.Equal(t, 0, p.code, p.String())
+	require.Equal(t, 1, strings.Count(p.stdout.String(), "\n"), p.String())
+	var out struct {
+		Figures []struct {
+			Name     string   `json:"name"`
+			Value    float64  `json:"value"`
+			Unit     string   `json:"unit"`
+			Baseline *float64 `json:"baseline"`
+			Skipped  string   `json:"skipped"`
+		} `json:"figures"`
+	}
+	require.NoError(t, json.Unmarshal(p.stdout.Bytes(), &out))
+	var names []string
+	_, lookErr := exec.LookPath("redis-server")
+	for _, f := range out.Figures {
+		names = append(names, f.Name)
+		require.NotEmpty(t, f.Unit, f.Name)
+		if f.Skipped != "" {
+			require.True(t, strings.HasPrefix(f.Name, "redis_") || strings.HasSuffix(f.Name, "_redis"), "%s skipped: %s", f.Name, f.Skipped)
+			require.False(t, lookErr == nil || os.Getenv(redistest.RequireEnv) == "1", "%s skipped although Redis is required or installed: %s", f.Name, f.Skipped)
+			continue
+		}
+		require.Positive(t, f.Value, f.Name)
+		require.NotNil(t, f.Baseline, f.Name)
+		require.Positive(t, *f.Baseline, f.Name)
+	}
+	require.Equal(t, []string{"copy_vs_memmove", "copy_vs_contiguous_memmove", "generated_vs_interpreter", "plan_build_us_70b",
+		"plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b", "reshard_vs_identity_mem", "reshard_gbps_file",
+		"redis_vs_get", "redis_vs_get_parts", "reshard_gbps_redis"}, names)
+}
