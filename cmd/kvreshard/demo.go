@@ -29,6 +29,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", stderr)
 	storeURL := fs.String("store", "", "store `URL` (default: a file store in a new temporary directory)")
 	pages := fs.Int("pages", 16, "pages per writer layout")
+	strategy := fs.String("strategy", "auto", "how readers move the bytes: direct, scatter, staged or auto (the store's cost model chooses)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -45,6 +46,10 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 		defer os.RemoveAll(dir)
 		url = "file://" + dir
 	}
+	ropts, err := readOptions(url, *strategy)
+	if err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, url)
 	if err != nil {
 		return err
@@ -57,8 +62,9 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 	d := &ms.model.Descriptor
 	domain := ms.model.Domain()
 	fmt.Fprintf(stdout, "kvreshard demo: store %s\n", url)
-	fmt.Fprintf(stdout, "model: %d layers, %d KV heads, K/V head dims %d/%d, %s, page %d tokens (%d bytes a page)\n\n",
+	fmt.Fprintf(stdout, "model: %d layers, %d KV heads, K/V head dims %d/%d, %s, page %d tokens (%d bytes a page)\n",
 		len(d.Layers), d.KVHeads, d.HeadDims[0], d.HeadDims[1], d.Dtype, d.PageSize, d.PageBytes())
+	fmt.Fprintf(stdout, "readers: strategy %s on the %s transport's cost model; ops are store reads\n\n", *strategy, ropts.Plan.Transport.Name)
 
 	topos := []struct {
 		name string
@@ -91,7 +97,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 					if err != nil {
 						return err
 					}
-					rd, err := reshard.NewReader(st, domain, d, b, reshard.ReaderOptions{})
+					rd, err := reshard.NewReader(st, domain, d, b, ropts)
 					if err != nil {
 						return err
 					}

@@ -31,6 +31,27 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 	return st, err
 }
 
+// readOptions returns a reader's options for a store URL: the strategy
+// (auto unless forced) and the cost model of the store's transport.
+func readOptions(url, strategy string) (reshard.ReaderOptions, error) {
+	st, err := plan.ParseStrategy(strategy)
+	if err != nil {
+		return reshard.ReaderOptions{}, usagef("--strategy: %v", err)
+	}
+	name := "memory"
+	switch {
+	case strings.HasPrefix(url, "file:"):
+		name = "file"
+	case strings.HasPrefix(url, "redis"):
+		name = "redis"
+	}
+	t, err := plan.TransportNamed(name)
+	if err != nil {
+		return reshard.ReaderOptions{}, err
+	}
+	return reshard.ReaderOptions{Plan: plan.Options{Strategy: st, Transport: &t}}, nil
+}
+
 func parseRank(s string) (placement.Rank, error) {
 	a, b, ok := strings.Cut(s, "/")
 	tp, err1 := strconv.Atoi(a)
@@ -119,6 +140,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	pages := fs.Int("pages", 0, "number of `pages` to read")
 	prefix := fs.String("prefix", "kvreshard", "page key prefix")
 	verify := fs.Bool("verify", false, "verify every restored element")
+	strategy := fs.String("strategy", "auto", "how to move the bytes: direct, scatter, staged or auto (the store's cost model chooses)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts")
 	if err := parseFlags(fs, args); err != nil {
@@ -146,7 +168,11 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer st.Close()
 	domain := ms.model.Domain()
-	rd, err := reshard.NewReader(st, domain, d, b, reshard.ReaderOptions{})
+	ropts, err := readOptions(*storeURL, *strategy)
+	if err != nil {
+		return err
+	}
+	rd, err := reshard.NewReader(st, domain, d, b, ropts)
 	if err != nil {
 		return usagef("--dst: %v", err)
 	}
