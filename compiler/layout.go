@@ -110,6 +110,20 @@ func (l *Layout) String() string {
 // a block of its own (and K and V head dims may differ).
 func (l *Layout) COuter() bool { return len(l.Modes) > 0 && l.Modes[0].Axis == C }
 
+// SlotPool returns the pool layout that keeps pages of part layout l one
+// slot after another: S just inside C when C is outermost (a block per
+// component, as SGLang keeps K and V apart), else outermost. It is how a
+// writer holds pages of a custom part layout when it names no pool.
+func (l *Layout) SlotPool() *Layout {
+	p := &Layout{Name: l.Name + "_pool", Doc: "pages of " + l.Name + " one slot after another", Kind: Pool}
+	i := 0
+	if l.COuter() {
+		i = 1
+	}
+	p.Modes = append(append(append([]Mode{}, l.Modes[:i]...), Mode{Axis: S}), l.Modes[i:]...)
+	return p
+}
+
 // SplitOf returns the split factor of axis a, or 0 when a is whole.
 func (l *Layout) SplitOf(a Axis) int {
 	for _, m := range l.Modes {

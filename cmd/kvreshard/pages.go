@@ -24,27 +24,28 @@ func pageKeys(prefix, domain string, n int) []string {
 	return keys
 }
 
-// poolFor is the pool layout a writer of part layout l keeps its pages in:
-// SGLang's mapping (page_first -> PLHD, layer_first -> LPHD, page_head ->
-// HPLD); a custom part layout writes from a pool of its own order.
+// poolFor is the pool layout a writer of part layout l keeps its pages in
+// when it names none: SGLang's mapping (page_first -> PLHD, layer_first ->
+// LPHD, page_head -> HPLD), and for any other part layout its pages one
+// slot after another.
 func poolFor(l *compiler.Layout) *compiler.Layout {
 	name := map[string]string{"PLHD": "page_first", "LPHD": "layer_first", "HPLD": "page_head"}[l.Name]
 	if p, err := layouts.Get(name); err == nil {
 		return p
 	}
-	return l
+	return l.SlotPool()
 }
 
-// writeRank writes the pages of keys as rank r of topology t, in part
-// layout l, from a pool filled with each page's content. It returns the
-// count of pages by status.
-func writeRank(ctx context.Context, st store.Store, m *manifest.Manifest, t placement.Topology, r placement.Rank, l *compiler.Layout, keys []string) (map[reshard.Status]int, error) {
+// writeRank writes the pages of keys as rank r of topology t, from a pool
+// laid out as pool and filled with each page's content, into parts of
+// manifest m. It returns the count of pages by status.
+func writeRank(ctx context.Context, st store.Store, m *manifest.Manifest, t placement.Topology, r placement.Rank, pool *compiler.Layout, keys []string) (map[reshard.Status]int, error) {
 	d := &m.Descriptor
 	part, writes, err := t.Writer(d, r)
 	if err != nil {
 		return nil, err
 	}
-	b, err := plan.BindingFor(d, t, r, poolFor(l), len(keys))
+	b, err := plan.BindingFor(d, t, r, pool, len(keys))
 	if err != nil {
 		return nil, err
 	}

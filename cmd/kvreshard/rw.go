@@ -107,7 +107,7 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 	keys := pageKeys(*prefix, domain, *pages)
 	for _, r := range ranks {
 		start := time.Now()
-		count, err := writeRank(ctx, st, m, ts.topo, r, ts.layout, keys)
+		count, err := writeRank(ctx, st, m, ts.topo, r, ts.pool, keys)
 		if err != nil {
 			return fmt.Errorf("rank %d/%d: %w", r.TP, r.PP, err)
 		}

@@ -143,15 +143,19 @@ type topoSpec struct {
 	rank   placement.Rank
 	ranked bool // rank= was given
 	layout *compiler.Layout
+	pool   *compiler.Layout // a writer's pool (pool=NAME, or poolFor(layout))
 	slots  int
 	slot   int
 }
 
-// parseTopo parses tp=2,pp=2[,rank=T/P],layout=NAME[,pp-layers=a/b/..][,slots=N,slot=S].
+// parseTopo parses a writer's tp=2,pp=2,layout=NAME[,pp-layers=a/b/..][,pool=NAME]
+// or a reader's tp=2,pp=2,rank=T/P,layout=NAME[,pp-layers=..][,slots=N,slot=S].
 func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compiler.Layout, withRank bool) (*topoSpec, error) {
 	keys := []string{"tp", "pp", "layout", "pp-layers"}
 	if withRank {
 		keys = append(keys, "rank", "slots", "slot")
+	} else {
+		keys = append(keys, "pool")
 	}
 	kv, err := keyValues(flag, s, keys...)
 	if err != nil {
@@ -195,6 +199,22 @@ func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compil
 	if t.layout = custom[name]; t.layout == nil {
 		if t.layout, err = layouts.Get(name); err != nil {
 			return nil, usagef("%s: unknown layout %q; layouts are %s", flag, name, strings.Join(layoutNames(custom), ", "))
+		}
+	}
+	if !withRank {
+		if t.layout.Kind != compiler.Part {
+			return nil, usagef("%s: layout %s is a pool layout; pages are stored in part layouts (name the writer's pool with pool=)", flag, name)
+		}
+		t.pool = poolFor(t.layout)
+		if pn, ok := kv["pool"]; ok {
+			if t.pool = custom[pn]; t.pool == nil {
+				if t.pool, err = layouts.Get(pn); err != nil {
+					return nil, usagef("%s: unknown pool layout %q; layouts are %s", flag, pn, strings.Join(layoutNames(custom), ", "))
+				}
+			}
+			if t.pool.Kind != compiler.Pool {
+				return nil, usagef("%s: pool=%s is a part layout; the writer's pool needs a pool layout", flag, pn)
+			}
 		}
 	}
 	if t.slots, err = intValue(flag, kv, "slots", 1, 1); err != nil {
