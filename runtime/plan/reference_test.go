@@ -162,7 +162,7 @@ func TestReferencePlans(t *testing.T) {
 			parts := fillParts(t, m, seed)
 			regions := p.Geometry().NewRegions()
 			apply(p, tpl, slot, parts, regions)
-			require.NoError(t, verifyPage(p.Geometry(), regions, slot, seed))
+			require.NoError(t, content.Verify(p.Geometry(), regions, slot, seed))
 		})
 	}
 }

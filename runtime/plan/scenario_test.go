@@ -96,7 +96,7 @@ func checkPlan(t *testing.T, name string, m *manifest.Manifest, p *plan.Planner,
 	parts := fillParts(t, m, seed)
 	regions := g.NewRegions()
 	apply(p, tpl, slot, parts, regions)
-	require.NoError(t, verifyPage(g, regions, slot, seed), name)
+	require.NoError(t, content.Verify(g, regions, slot, seed), name)
 
 	want := elementMap(t, m, g, slot)
 	got := expand(p, tpl, slot, m.Descriptor.ItemSize)

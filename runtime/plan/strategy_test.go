@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -210,7 +211,7 @@ func TestStrategiesByteExact(t *testing.T) {
 		dtpl, err := direct.Template(m)
 		require.NoError(t, err)
 		apply(direct, dtpl, c.slot, parts, want)
-		require.NoError(t, verifyPage(direct.Geometry(), want, c.slot, seed), "case %d: %s", i, c.String())
+		require.NoError(t, content.Verify(direct.Geometry(), want, c.slot, seed), "case %d: %s", i, c.String())
 		for _, s := range []plan.Strategy{plan.Direct, plan.Scatter, plan.Staged, plan.Auto} {
 			tr := []func() plan.Transport{plan.MemoryTransport, plan.FileTransport, plan.RedisTransport, plan.RDMATransport}[r.IntN(4)]()
 			tr.CopyBandwidth, tr.CopyRunNS = 8e9, 5
@@ -227,7 +228,7 @@ func TestStrategiesByteExact(t *testing.T) {
 			checkBounds(t, tpl, opts.MaxSegments, opts.StageBytes)
 			got := p.Geometry().NewRegions()
 			execute(t, p, tpl, c.slot, parts, got, opts.StageBytes)
-			require.NoError(t, verifyPage(p.Geometry(), got, c.slot, seed), "case %d %s: %s", i, s, c.String())
+			require.NoError(t, content.Verify(p.Geometry(), got, c.slot, seed), "case %d %s: %s", i, s, c.String())
 			require.Equal(t, want, got, "case %d %s: bytes outside the page changed: %s", i, s, c.String())
 			key := tpl.Strategy.String()
 			for _, rd := range tpl.Reads {

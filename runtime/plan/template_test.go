@@ -35,7 +35,7 @@ func TestTemplateAcrossSlots(t *testing.T) {
 			}
 			require.Same(t, tpls[0], tpls[1])
 			for i, slot := range slots {
-				require.NoError(t, verifyPage(g, regions, slot, content.Seed(fmt.Sprint("page", i))))
+				require.NoError(t, content.Verify(g, regions, slot, content.Seed(fmt.Sprint("page", i))))
 				// The instantiated ops are the template's, moved by the
 				// slot's offset in each region, and map exactly what the
 				// layout model maps at that slot.
@@ -220,7 +220,7 @@ func TestMixedLayouts(t *testing.T) {
 			}
 			require.Len(t, ops, k)
 			for i, slot := range slots {
-				require.NoError(t, verifyPage(g, regions, slot, content.Seed(fmt.Sprint("mixed", i))), "page %d", i)
+				require.NoError(t, content.Verify(g, regions, slot, content.Seed(fmt.Sprint("mixed", i))), "page %d", i)
 			}
 		})
 	}

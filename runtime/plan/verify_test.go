@@ -1,8 +1,6 @@
 package plan_test
 
 import (
-	"bytes"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -48,30 +46,4 @@ func apply(pl *plan.Planner, tpl *plan.Plan, slot int, parts, regions [][]byte) 
 	for _, op := range pl.Instantiate(tpl, slot, nil) {
 		copy(regions[op.Region][op.Dst:op.Dst+op.Len], parts[op.Part][op.Src:op.Src+op.Len])
 	}
-}
-
-// verifyPage checks every element of the page at slot of a binding against
-// its expected value, and returns the first difference.
-func verifyPage(g *plan.Geometry, regions [][]byte, slot int, seed uint64) error {
-	d := g.Desc
-	kg := kerneltest.Geometry{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
-	b := &kerneltest.Buffer{Layout: g.Layout, Layers: g.Layers, HeadStart: g.HeadStart, Heads: g.Heads, Slots: g.Slots, Slot: slot}
-	want := make([]byte, d.ItemSize)
-	for c := range d.HeadDims {
-		for li, layer := range g.Layers {
-			for h := 0; h < g.Heads; h++ {
-				for tok := 0; tok < d.PageSize; tok++ {
-					for e := 0; e < d.HeadDims[c]; e++ {
-						r, off := kg.Offset(b, c, li, h, tok, e)
-						content.Element(seed, c, layer, g.HeadStart+h, tok, e, want)
-						if !bytes.Equal(regions[r][off:off+d.ItemSize], want) {
-							return fmt.Errorf("element c%d layer %d head %d token %d d %d at region %d offset %d: got %x, want %x",
-								c, layer, g.HeadStart+h, tok, e, r, off, regions[r][off:off+d.ItemSize], want)
-						}
-					}
-				}
-			}
-		}
-	}
-	return nil
 }
