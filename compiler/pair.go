@@ -103,7 +103,8 @@ func (p *Pair) Digest() string {
 	return hex.EncodeToString(h[:8])
 }
 
-// Loops that generate code: the ones not folded statically.
+// LiveLoops returns the loops that generate code: all but the statically
+// folded ones.
 func (p *Pair) LiveLoops() []Loop {
 	n := len(p.Loops)
 	for n > 0 && p.Loops[n-1].Fold.Kind == Static {
