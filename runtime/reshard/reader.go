@@ -259,6 +259,9 @@ type execBufs struct {
 // staging does not fit. It returns false when a read failed.
 func (x *exec) add(i int) bool {
 	t, key := x.tpls[i], x.keys[i]
+	// Every range names the manifest the page was planned for, so that a
+	// page rewritten in another layout since the query fails to read.
+	mk := t.Manifest.Key()
 	// Placing the template at the slot: one add per op, as Instantiate
 	// does, without a copy of the ops.
 	for r, s := range x.r.planner.Geometry().SlotStride {
@@ -288,7 +291,7 @@ func (x *exec) add(i int) bool {
 				s := base + rd.Stage
 				x.segs = append(x.segs, (*x.stage)[s:s+rd.Len])
 				n := len(x.segs)
-				x.ranges = append(x.ranges, store.Range{Key: key, Part: int(rd.Part), Off: rd.Src, Dst: x.segs[n-1 : n : n]})
+				x.ranges = append(x.ranges, store.Range{Key: key, Part: int(rd.Part), Off: rd.Src, Dst: x.segs[n-1 : n : n], Manifest: mk})
 			}
 			x.used = base + foot
 			x.units = append(x.units, unit{page: i, end: len(x.ranges), last: b == len(t.Reads), reads: [2]int{a, b}, base: base})
@@ -302,14 +305,14 @@ func (x *exec) add(i int) bool {
 				d := op.Dst + x.delta[op.Region]
 				x.segs = append(x.segs, x.regions[op.Region][d:d+op.Len])
 			}
-			x.ranges = append(x.ranges, store.Range{Key: key, Part: int(rd.Part), Off: rd.Src, Dst: x.segs[n:len(x.segs):len(x.segs)]})
+			x.ranges = append(x.ranges, store.Range{Key: key, Part: int(rd.Part), Off: rd.Src, Dst: x.segs[n:len(x.segs):len(x.segs)], Manifest: mk})
 		}
 	default:
 		for _, op := range t.Ops {
 			d := op.Dst + x.delta[op.Region]
 			x.segs = append(x.segs, x.regions[op.Region][d:d+op.Len])
 			n := len(x.segs)
-			x.ranges = append(x.ranges, store.Range{Key: key, Part: int(op.Part), Off: op.Src, Dst: x.segs[n-1 : n : n]})
+			x.ranges = append(x.ranges, store.Range{Key: key, Part: int(op.Part), Off: op.Src, Dst: x.segs[n-1 : n : n], Manifest: mk})
 		}
 	}
 	x.units = append(x.units, unit{page: i, end: len(x.ranges), last: true})

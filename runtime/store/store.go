@@ -32,6 +32,9 @@ var (
 	ErrLayoutConflict = errors.New("object is being written with another layout")
 	// ErrNotFound: no such object, part or metadata object.
 	ErrNotFound = errors.New("not found")
+	// ErrChanged: the object is stored under another manifest than the
+	// range expected.
+	ErrChanged = errors.New("object changed since it was queried")
 	// ErrMetaConflict: a metadata object exists with other content.
 	ErrMetaConflict = errors.New("metadata object exists with other content")
 )
@@ -86,6 +89,11 @@ type Range struct {
 	Part int
 	Off  int
 	Dst  [][]byte
+	// Manifest, when set, is the manifest key the object had when it was
+	// queried: if the object is now stored under another (it expired and
+	// another layout wrote it since), the read fails with ErrChanged
+	// instead of delivering bytes of a layout the reader did not plan for.
+	Manifest string
 }
 
 // Len returns the number of bytes the range reads.

@@ -477,6 +477,9 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (n int, err er
 		if o == nil || r.Part < 0 || r.Part >= len(o.sizes) {
 			return i, rangeError(r, store.ErrNotFound)
 		}
+		if r.Manifest != "" && r.Manifest != o.manifest {
+			return i, rangeError(r, store.ErrChanged)
+		}
 		size := o.sizes[r.Part]
 		switch {
 		case r.Off < 0:

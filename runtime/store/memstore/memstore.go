@@ -216,6 +216,9 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (int, error) {
 		if o == nil || r.Part < 0 || r.Part >= len(o.parts) {
 			return i, rangeError(r, store.ErrNotFound)
 		}
+		if r.Manifest != "" && r.Manifest != o.manifest {
+			return i, rangeError(r, store.ErrChanged)
+		}
 		b := o.parts[r.Part]
 		if r.Off < 0 {
 			return i, rangeError(r, errNegativeOffset)

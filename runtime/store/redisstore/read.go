@@ -106,6 +106,9 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (int, error) {
 			if o == nil || r.Part < 0 || r.Part >= len(o.PartSizes) {
 				return it.r, rangeError(r, store.ErrNotFound)
 			}
+			if r.Manifest != "" && r.Manifest != o.Manifest {
+				return it.r, rangeError(r, store.ErrChanged)
+			}
 			if r.Off < 0 {
 				return it.r, rangeError(r, errNegativeOffset)
 			}

@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReadRanges", testReadRanges},
 		{"ReadRangesFailures", testReadRangesFailures},
 		{"ReadRangesCancelled", testReadRangesCancelled},
+		{"ReadRangesChanged", testReadRangesChanged},
 		{"ConcurrentLayouts", testConcurrentLayouts},
 		{"EmptyInputs", testEmptyInputs},
 	} {
@@ -438,6 +439,30 @@ func testReadRangesFailures(t *testing.T, s store.Store, k keys) {
 	n, err := s.ReadRanges(ctx, []store.Range{{Key: kx, Part: 1, Off: 128}})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
+}
+
+// testReadRangesChanged: a range that names the manifest its object was
+// queried with reads only while the object is stored under it.
+func testReadRangesChanged(t *testing.T, s store.Store, k keys) {
+	ctx := context.Background()
+	a := layout{k.manifest("a"), []int{64}}
+	key := k.key("page")
+	writeAll(t, s, a, key)
+	got := make([]byte, 64)
+	n, err := s.ReadRanges(ctx, []store.Range{{Key: key, Part: 0, Off: 0, Dst: [][]byte{got}, Manifest: a.manifest}})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, a.data(key, 0), got)
+
+	other := make([]byte, 64)
+	n, err = s.ReadRanges(ctx, []store.Range{
+		{Key: key, Part: 0, Off: 0, Dst: [][]byte{got}, Manifest: a.manifest},
+		{Key: key, Part: 0, Off: 0, Dst: [][]byte{other}, Manifest: k.manifest("b")},
+	})
+	require.Equal(t, 1, n)
+	require.EqualError(t, err, fmt.Sprintf("read %s part 0 [0,64): object changed since it was queried", key))
+	require.ErrorIs(t, err, store.ErrChanged)
+	require.Equal(t, make([]byte, 64), other, "a changed object's bytes were delivered")
 }
 
 func testReadRangesCancelled(t *testing.T, s store.Store, k keys) {
