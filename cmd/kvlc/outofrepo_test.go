@@ -35,10 +35,12 @@ part flash "per-layer flash" { order L C T H D }
 part xkey "x-blocked keys" { order C L H D/8 T D%8 }
 pool host "per-layer host pool" { order L C S T H D }
 `)
+	// The directive is assembled so that no line of this file starts with
+	// it: go generate ./... in this repository would run it here.
 	writeFile(t, filepath.Join(mod, "kvcache", "doc.go"), `// Package kvcache holds the framework's layouts.
 package kvcache
 
-//go:generate go run github.com/kvreshard/kvreshard/cmd/kvlc -o layouts_kvl.go layouts.kvl
+`+"//"+`go:generate go run github.com/kvreshard/kvreshard/cmd/kvlc -o layouts_kvl.go layouts.kvl
 `)
 	writeFile(t, filepath.Join(mod, "main.go"), `package main
 
