@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -203,34 +204,16 @@ func common(m Mode) Expr {
 func product(ms []Mode, s Side) Expr {
 	e := Of(SymItem)
 	for _, m := range ms {
-		if m.Split == Outer && hasMode(ms, Mode{m.Axis, Inner, m.Factor}) {
+		if m.Split == Outer && slices.Contains(ms, Mode{m.Axis, Inner, m.Factor}) {
 			e = e.Mul(full(Mode{Axis: m.Axis}, s))
 			continue
 		}
-		if m.Split == Inner && hasMode(ms, Mode{m.Axis, Outer, m.Factor}) {
+		if m.Split == Inner && slices.Contains(ms, Mode{m.Axis, Outer, m.Factor}) {
 			continue
 		}
 		e = e.Mul(full(m, s))
 	}
 	return e
-}
-
-func hasMode(ms []Mode, m Mode) bool {
-	for _, x := range ms {
-		if x == m {
-			return true
-		}
-	}
-	return false
-}
-
-func index(ms []Mode, m Mode) int {
-	for i, x := range ms {
-		if x == m {
-			return i
-		}
-	}
-	return -1
 }
 
 // Lower builds the loop nest of a pair. At least one side must be a part.
@@ -254,7 +237,7 @@ func Lower(src, dst *Layout) (*Pair, error) {
 		if p.side(s).COuter() {
 			p.CompSize[s] = product(ms[1:], s)
 		}
-		if i := index(ms, Mode{Axis: S}); i >= 0 {
+		if i := slices.Index(ms, Mode{Axis: S}); i >= 0 {
 			p.SlotStride[s] = product(ms[i+1:], s)
 		}
 	}
@@ -265,7 +248,7 @@ func Lower(src, dst *Layout) (*Pair, error) {
 		lp := Loop{Mode: m, Extent: common(m)}
 		for s := Src; s <= Dst; s++ {
 			ms := modes[s]
-			i := index(ms, m)
+			i := slices.Index(ms, m)
 			if m.Axis == C && i == 0 {
 				lp.CBlock[s] = true
 				continue

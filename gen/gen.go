@@ -341,13 +341,11 @@ func (k *kernel) setup() []jen.Code {
 		}
 		st = append(st, jen.Id("out").Op("=").Qual(KernelPkg, "Grow").Call(jen.Id("out"), jen.Id("nr"), prod.Op("+").Lit(1)))
 	}
-	if !k.perC {
-		st = append(st, jen.Id("s0").Op(",").Id("d0").Op(":=").Add(off[0]).Op(",").Add(off[1]))
-	} else {
+	if k.perC {
 		st = append(st, jen.Id("sf").Op(",").Id("df").Op(":=").Add(off[0]).Op(",").Add(off[1]))
-	}
-	if !k.perC {
-		k.used[compiler.SymDim] = true
+	} else {
+		st = append(st, jen.Id("s0").Op(",").Id("d0").Op(":=").Add(off[0]).Op(",").Add(off[1]))
+		k.used[compiler.SymDim] = true // D is the same for every component here
 	}
 	return st
 }

@@ -12,6 +12,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
@@ -63,7 +64,7 @@ func NewGeometry(d *manifest.Descriptor, b Binding) (*Geometry, error) {
 		return nil, fmt.Errorf("binding holds no layers")
 	}
 	for i, x := range b.Layers {
-		if !hasLayer(d.Layers, x) {
+		if !slices.Contains(d.Layers, x) {
 			return nil, fmt.Errorf("binding layer %d is not a layer of the model", x)
 		}
 		if i > 0 && x <= b.Layers[i-1] {
@@ -215,13 +216,4 @@ func checkLayout(d *manifest.Descriptor, l *compiler.Layout) error {
 		return fmt.Errorf("layout %s splits T by %d, which does not divide page size %d", l.Name, f, d.PageSize)
 	}
 	return nil
-}
-
-func hasLayer(ls []int, x int) bool {
-	for _, v := range ls {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }

@@ -269,21 +269,8 @@ func commonLayers(out []kernel.LayerPair, src, dst []int) []kernel.LayerPair {
 }
 
 func sameDescriptor(a, b *manifest.Descriptor) bool {
-	if a.KVHeads != b.KVHeads || a.ItemSize != b.ItemSize || a.PageSize != b.PageSize || a.Dtype != b.Dtype ||
-		len(a.Layers) != len(b.Layers) || len(a.HeadDims) != len(b.HeadDims) {
-		return false
-	}
-	for i := range a.Layers {
-		if a.Layers[i] != b.Layers[i] {
-			return false
-		}
-	}
-	for i := range a.HeadDims {
-		if a.HeadDims[i] != b.HeadDims[i] {
-			return false
-		}
-	}
-	return true
+	return a.KVHeads == b.KVHeads && a.ItemSize == b.ItemSize && a.PageSize == b.PageSize && a.Dtype == b.Dtype &&
+		slices.Equal(a.Layers, b.Layers) && slices.Equal(a.HeadDims, b.HeadDims)
 }
 
 // Verify proves a plan before any transfer: every op inside its part, its

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
@@ -38,7 +39,7 @@ func NewWritePlan(m *manifest.Manifest, i int, b Binding, requireCompiled bool) 
 		return nil, fmt.Errorf("part %d is not one of the manifest's %d parts", i, len(m.Parts))
 	}
 	part := m.Parts[i]
-	if !equalInts(part.Layers, b.Layers) || part.HeadStart != b.HeadStart || part.HeadCount != b.Heads {
+	if !slices.Equal(part.Layers, b.Layers) || part.HeadStart != b.HeadStart || part.HeadCount != b.Heads {
 		return nil, fmt.Errorf("the writer holds layers %v heads [%d,%d), not part %d's layers %v heads [%d,%d)",
 			b.Layers, b.HeadStart, b.HeadStart+b.Heads, i, part.Layers, part.HeadStart, part.HeadStart+part.HeadCount)
 	}
@@ -103,16 +104,4 @@ func (w *WritePlan) Data(regions [][]byte, slot int, out [][]byte) [][]byte {
 		out = append(out, regions[f.Region][s:s+f.Len])
 	}
 	return out
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

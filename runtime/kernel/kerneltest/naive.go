@@ -6,6 +6,7 @@ package kerneltest
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
@@ -138,7 +139,7 @@ func (g *Geometry) Copy(dst, src *Buffer, dstBufs, srcBufs [][]byte) (moved int,
 	}
 	for c := range g.Dims {
 		for si, layer := range src.Layers {
-			di := indexOf(dst.Layers, layer)
+			di := slices.Index(dst.Layers, layer)
 			if di < 0 {
 				continue
 			}
@@ -174,7 +175,7 @@ func (g *Geometry) Problem(src, dst *Buffer) *kernel.Problem {
 		Dst:      kernel.Side{Layers: len(dst.Layers), Heads: dst.Heads, Slots: max(dst.Slots, 1), Packed: dst.Packed},
 	}
 	for si, layer := range src.Layers {
-		if di := indexOf(dst.Layers, layer); di >= 0 {
+		if di := slices.Index(dst.Layers, layer); di >= 0 {
 			p.Layers = append(p.Layers, kernel.LayerPair{Src: int32(si), Dst: int32(di)})
 		}
 	}
@@ -186,13 +187,4 @@ func (g *Geometry) Problem(src, dst *Buffer) *kernel.Problem {
 		p.DstHead = h0 - dst.HeadStart
 	}
 	return p
-}
-
-func indexOf(xs []int, x int) int {
-	for i, v := range xs {
-		if v == x {
-			return i
-		}
-	}
-	return -1
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"github.com/kvreshard/kvreshard/compiler"
@@ -59,7 +60,7 @@ func RandomCase(r *rand.Rand, src, dst *compiler.Layout) *Case {
 	// Make sure there is something in common most of the time.
 	if r.IntN(8) != 0 {
 		common := c.Src.Layers[r.IntN(len(c.Src.Layers))]
-		if indexOf(c.Dst.Layers, common) < 0 {
+		if !slices.Contains(c.Dst.Layers, common) {
 			c.Dst.Layers = append(c.Dst.Layers, common)
 			sort.Ints(c.Dst.Layers)
 		}
