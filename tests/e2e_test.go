@@ -98,7 +98,7 @@ func (s *scenario) run(t *testing.T, url, prefix string) {
 		}
 		require.Equal(t, key, k)
 	}
-	keys := pageKeys(prefix, domainOf(key), s.pages+1)
+	keys := content.PageKeys(prefix, domainOf(key), s.pages+1)
 
 	// Every writer has exited. Each reader rank is a process; rank 0 also
 	// asks for one page more than was written.
@@ -171,7 +171,7 @@ func TestConcurrentLayoutsRace(t *testing.T) {
 		require.NotEqual(t, keyA, keyB)
 
 		st := openStore(t, url)
-		keys := pageKeys(prefix, domainOf(keyA), pages)
+		keys := content.PageKeys(prefix, domainOf(keyA), pages)
 		objs, err := st.Query(context.Background(), keys)
 		require.NoError(t, err)
 		won := map[string]int{}
@@ -234,7 +234,7 @@ func testWriterKilledThenRetried(t *testing.T, url, prefix string) {
 	var keys []string
 	for try := 1; ; try++ {
 		p := fmt.Sprintf("%s-%d", prefix, try)
-		keys = pageKeys(p, mo.Domain(), pages)
+		keys = content.PageKeys(p, mo.Domain(), pages)
 		since := lastClientIDs(t, url)
 		ws := []*proc{
 			start(t, "write", "--store", url, "--prefix", p, "--model", modelBig, "--src", "tp=2,layout=PLHD", "--pages", n, "--rank", "0/0"),

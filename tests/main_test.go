@@ -28,7 +28,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/store"
 	_ "github.com/kvreshard/kvreshard/runtime/store/filestore"
 	_ "github.com/kvreshard/kvreshard/runtime/store/redisstore"
@@ -308,14 +307,3 @@ func parseWrite(t *testing.T, p *proc) (map[string]counts, string) {
 
 // domainOf returns the model domain of a manifest key.
 func domainOf(manifestKey string) string { return strings.Split(manifestKey, "/")[1] }
-
-// pageKeys are the keys kvreshard write and read use for --pages n and
-// --prefix prefix (cmd/kvreshard/pages.go): the prefix, a token-hash
-// stand-in, the domain.
-func pageKeys(prefix, domain string, n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = manifest.PageKey(prefix, fmt.Sprintf("%016x", uint64(i)*0x9e3779b97f4a7c15), domain)
-	}
-	return keys
-}

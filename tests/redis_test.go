@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
@@ -66,7 +67,7 @@ func TestServerKilledDuringReads(t *testing.T) {
 		return []string{"read", "--store", url, "--prefix", prefix, "--model", modelMany, "--dst", "tp=2,layout=layer_first,rank=" + rank,
 			"--pages", n, "--verify", "--json", "--strategy", "direct"}
 	}
-	keys := pageKeys(prefix, domainOf(write()), pages)
+	keys := content.PageKeys(prefix, domainOf(write()), pages)
 
 	// Kill the server once the reader has had a tenth of its GETRANGEs run.
 	rd := start(t, read("0/0")...)
@@ -96,7 +97,7 @@ func TestServerKilledDuringReads(t *testing.T) {
 	require.Equal(t, 0, p.code, p.String())
 	require.Empty(t, p.stderr.String(), p.String())
 	require.Equal(t, readJSON{Requested: pages, Verified: true, Stop: "page missing or incomplete: " + keys[0]}, parseRead(t, p), p.String())
-	require.Equal(t, keys, pageKeys(prefix, domainOf(write()), pages))
+	require.Equal(t, keys, content.PageKeys(prefix, domainOf(write()), pages))
 	for _, p := range runAll(t, read("0/0"), read("1/0")) {
 		require.Equal(t, 0, p.code, p.String())
 		require.Empty(t, p.stderr.String(), p.String())
@@ -131,7 +132,7 @@ func TestNamespacesAndRevisionsApart(t *testing.T) {
 				const pages = 4
 				n := fmt.Sprint(pages)
 				ma, mb := model12+","+c.a, model12+","+c.b
-				keysA, keysB := pageKeys(prefix, c.ma.Domain(), pages), pageKeys(prefix, c.mb.Domain(), pages)
+				keysA, keysB := content.PageKeys(prefix, c.ma.Domain(), pages), content.PageKeys(prefix, c.mb.Domain(), pages)
 				write := func(model string, m manifest.Model) {
 					t.Helper()
 					p := run(t, "write", "--store", url, "--prefix", prefix, "--model", model, "--src", "tp=2,layout=PLHD", "--pages", n)

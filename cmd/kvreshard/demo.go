@@ -81,7 +81,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
-			keys := pageKeys(fmt.Sprintf("demo-%s-%s", strings.ReplaceAll(w.name, "/", ""), partName), domain, *pages)
+			keys := content.PageKeys(fmt.Sprintf("demo-%s-%s", strings.ReplaceAll(w.name, "/", ""), partName), domain, *pages)
 			for _, rank := range w.t.Ranks() {
 				if _, err := writeRank(ctx, st, m, w.t, rank, poolFor(pl), keys); err != nil {
 					return fmt.Errorf("%s rank %d/%d writing %s: %w", w.name, rank.TP, rank.PP, partName, err)

@@ -14,16 +14,6 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
 
-// pageKeys returns the keys of n pages: prefix, the page's token-prefix
-// hash stand-in, and the model domain.
-func pageKeys(prefix, domain string, n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = manifest.PageKey(prefix, fmt.Sprintf("%016x", uint64(i)*0x9e3779b97f4a7c15), domain)
-	}
-	return keys
-}
-
 // poolFor is the pool layout a writer of part layout l keeps its pages in
 // when it names none: SGLang's mapping (page_first -> PLHD, layer_first ->
 // LPHD, page_head -> HPLD), and for any other part layout its pages one

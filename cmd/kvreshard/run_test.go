@@ -211,7 +211,7 @@ func TestReadDetectsWrongByte(t *testing.T) {
 
 	ms, err := parseModel(model)
 	require.NoError(t, err)
-	key := pageKeys("kvreshard", ms.model.Domain(), 1)[0]
+	key := content.PageKeys("kvreshard", ms.model.Domain(), 1)[0]
 	want := make([]byte, 4)
 	content.Element(content.Seed(key), 0, 0, 0, 0, 0, want)
 	got := append([]byte(nil), want...)

@@ -104,7 +104,7 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	keys := pageKeys(*prefix, domain, *pages)
+	keys := content.PageKeys(*prefix, domain, *pages)
 	for _, r := range ranks {
 		start := time.Now()
 		count, err := writeRank(ctx, st, m, ts.topo, r, ts.pool, keys)
@@ -176,7 +176,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("--dst: %v", err)
 	}
-	keys := pageKeys(*prefix, domain, *pages)
+	keys := content.PageKeys(*prefix, domain, *pages)
 	slots := make([]int, len(keys))
 	for i := range slots {
 		slots[i] = i

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/store"
@@ -87,7 +88,7 @@ func (c *case70) redis(ctx context.Context, o *Options) ([]Figure, error) {
 		return nil, err
 	}
 	defer st.Close()
-	keys := c.keys("bench-redis", c.sz.pages)
+	keys := content.PageKeys("bench-redis", c.model.Domain(), c.sz.pages)
 	if err := c.write(ctx, st, keys); err != nil {
 		return nil, err
 	}

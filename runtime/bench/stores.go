@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kvreshard/kvreshard/runtime/content"
-	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
@@ -34,15 +33,6 @@ func (c *case70) fill(ctx context.Context, o *Options) ([]Figure, error) {
 		c.pools[r] = regions
 	}
 	return nil, nil
-}
-
-// keys returns n page keys for a store.
-func (c *case70) keys(prefix string, n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = manifest.PageKey(prefix, fmt.Sprintf("%016x", i), c.model.Domain())
-	}
-	return keys
 }
 
 // write writes the pages of keys as every TP 8 rank, all from slot 0 of
@@ -146,7 +136,7 @@ func auto(t plan.Transport) plan.Options { return plan.Options{Strategy: plan.Au
 func (c *case70) memory(ctx context.Context, o *Options) ([]Figure, error) {
 	st := memstore.New()
 	defer st.Close()
-	keys := c.keys("bench-mem", c.sz.memPages)
+	keys := content.PageKeys("bench-mem", c.model.Domain(), c.sz.memPages)
 	if err := c.write(ctx, st, keys); err != nil {
 		return nil, err
 	}
@@ -178,7 +168,7 @@ func (c *case70) file(ctx context.Context, o *Options) ([]Figure, error) {
 		return nil, err
 	}
 	defer st.Close()
-	keys := c.keys("bench-file", c.sz.pages)
+	keys := content.PageKeys("bench-file", c.model.Domain(), c.sz.pages)
 	if err := c.write(ctx, st, keys); err != nil {
 		return nil, err
 	}

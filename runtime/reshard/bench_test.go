@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
@@ -47,7 +48,7 @@ func BenchmarkRead(b *testing.B) {
 		b.Run(s.name, func(b *testing.B) {
 			st := s.open(b)
 			tp8 := placement.Topology{TP: 8, PP: 1}
-			keys := pageKeys("bench", like70B.Domain(), benchPages)
+			keys := content.PageKeys("bench", like70B.Domain(), benchPages)
 			writeAll(b, st, like70B, tp8, "PLHD", keys)
 			ident, iregions := newReader(b, st, like70B, tp8, placement.Rank{}, "page_first", benchPages, reshard.ReaderOptions{})
 			for _, strategy := range []struct {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
 	"github.com/kvreshard/kvreshard/runtime/store"
@@ -19,7 +20,7 @@ import (
 // this one. The spy reports layout A for pages whose stored layout is B.
 func TestPageChangedAfterQuery(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("changed", small.Domain(), 3)
+		keys := content.PageKeys("changed", small.Domain(), 3)
 		mb := writeAll(t, st, small, tp2pp2, "LPHD", keys[1:])
 		ma := writeAll(t, st, small, tp1pp3, "PLHD", keys[:1])
 		s := newSpy(st)

@@ -49,7 +49,7 @@ func stored(m *manifest.Manifest) store.Object {
 // Row 1: page already complete -> skip the write, keep the stored layout.
 func TestCompletePageKeepsStoredLayout(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("complete", small.Domain(), 3)
+		keys := content.PageKeys("complete", small.Domain(), 3)
 		first := writeAll(t, st, small, tp2pp2, "PLHD", keys)
 
 		// A writer of another topology and layout finds every page complete.
@@ -89,7 +89,7 @@ func TestCompletePageKeepsStoredLayout(t *testing.T) {
 // theirs is written, and the first layout completes it.
 func TestIncompletePageRefusesOtherLayout(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("refused", small.Domain(), 2)
+		keys := content.PageKeys("refused", small.Domain(), 2)
 		first := manifestOf(t, small, tp2pp2, builtin(t, "PLHD"))
 		got := writeRanks(t, st, first, tp2pp2, []placement.Rank{{TP: 1, PP: 0}}, "page_first", keys[:1])
 		require.Equal(t, []reshard.Status{reshard.Written}, got[placement.Rank{TP: 1, PP: 0}])
@@ -139,7 +139,7 @@ func TestIncompletePageRefusesOtherLayout(t *testing.T) {
 // byte of its slot changes, and a complete page after it is not counted.
 func TestIncompletePageIsMiss(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("miss", small.Domain(), 4) // complete, one part, complete, missing
+		keys := content.PageKeys("miss", small.Domain(), 4) // complete, one part, complete, missing
 		m := writeAll(t, st, small, tp2pp2, "PLHD", []string{keys[0], keys[2]})
 		got := writeRanks(t, st, m, tp2pp2, []placement.Rank{{TP: 1, PP: 1}}, "page_first", keys[1:2])
 		require.Equal(t, []reshard.Status{reshard.Written}, got[placement.Rank{TP: 1, PP: 1}])
@@ -261,7 +261,7 @@ func TestManifestRejected(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			forEachStore(t, func(t *testing.T, st store.Store) {
-				keys := pageKeys("manifest", domain, 3)
+				keys := content.PageKeys("manifest", domain, 3)
 				writeAll(t, st, small, tp2pp2, "PLHD", []string{keys[0], keys[2]})
 				c.setup(t, st, keys[1])
 				require.Equal(t, store.Object{Complete: true, Manifest: c.manifest, PartSizes: query(t, st, keys[1:2])[0].PartSizes}, query(t, st, keys[1:2])[0])
@@ -307,7 +307,7 @@ func TestObjectDoesNotMatchManifest(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			forEachStore(t, func(t *testing.T, st store.Store) {
-				keys := pageKeys("object", small.Domain(), 2)
+				keys := content.PageKeys("object", small.Domain(), 2)
 				writeAll(t, st, small, tp2pp2, "PLHD", keys[:1])
 				writeObject(t, st, keys[1], m.Key(), c.sizes)
 				rd, regions := newReader(t, st, small, tp2pp2, placement.Rank{TP: 1, PP: 1}, "page_head", 2, reshard.ReaderOptions{})
@@ -328,7 +328,7 @@ func TestObjectDoesNotMatchManifest(t *testing.T) {
 // plans over their limits or for another page geometry before any read.
 func TestBadTargetRejectedBeforeTransfer(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("bounds", small.Domain(), 5)
+		keys := content.PageKeys("bounds", small.Domain(), 5)
 		writeAll(t, st, small, tp2pp2, "PLHD", keys)
 		r := placement.Rank{TP: 0, PP: 1}
 		probe, _ := newReader(t, st, small, tp2pp2, r, "page_first", 4, reshard.ReaderOptions{})
@@ -343,7 +343,7 @@ func TestBadTargetRejectedBeforeTransfer(t *testing.T) {
 		bigDup[69] = big[3]
 		bigOut := append([]int(nil), big...)
 		bigOut[65] = 100
-		manyKeys := pageKeys("bounds", small.Domain(), 70)
+		manyKeys := content.PageKeys("bounds", small.Domain(), 70)
 		cases := []struct {
 			name    string
 			slots   int // pool slots
@@ -416,7 +416,7 @@ func TestManifestOfAnotherGeometry(t *testing.T) {
 		odd, err := plan.ManifestFor(small.Domain(), &d, tp2pp2, builtin(t, "PLHD"))
 		require.NoError(t, err)
 		require.NoError(t, reshard.Publish(context.Background(), st, odd))
-		key := pageKeys("geometry", small.Domain(), 1)[0]
+		key := content.PageKeys("geometry", small.Domain(), 1)[0]
 		writeObject(t, st, key, odd.Key(), partSizes(odd))
 
 		sp := newSpy(st)
@@ -439,7 +439,7 @@ var errLinkDown = errors.New("link down")
 // delivering the ranges before it and half of range k.
 func TestFailedReadReportsPrefix(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("prefix", small.Domain(), 3)
+		keys := content.PageKeys("prefix", small.Domain(), 3)
 		m := writeAll(t, st, small, tp1pp3, "HPLD", keys)
 		r := placement.Rank{TP: 1, PP: 0}
 		probe, _ := newReader(t, st, small, tp2pp2, r, "page_first_direct", 3, reshard.ReaderOptions{})
@@ -493,7 +493,7 @@ func TestFailedReadReportsPrefix(t *testing.T) {
 // ends the prefix.
 func TestObjectInvalidAfterQuery(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("vanished", small.Domain(), 3)
+		keys := content.PageKeys("vanished", small.Domain(), 3)
 		m := writeAll(t, st, small, tp2pp2, "PLHD", []string{keys[0], keys[2]})
 		// keys[1] has 3 of its 4 parts: the double's query says complete,
 		// as if the page had been evicted after it was queried.

@@ -3,7 +3,6 @@ package reshard_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 
@@ -64,15 +63,6 @@ func manifestOf(t testing.TB, mo manifest.Model, topo placement.Topology, l *com
 	m, err := plan.ManifestFor(mo.Domain(), &mo.Descriptor, topo, l)
 	require.NoError(t, err)
 	return m
-}
-
-// pageKeys returns n page keys of the model domain.
-func pageKeys(prefix, domain string, n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = manifest.PageKey(prefix, fmt.Sprintf("%08x", i), domain)
-	}
-	return keys
 }
 
 func iota(n int) []int {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -25,7 +26,7 @@ func TestUncompiledLayout(t *testing.T) {
 	require.Len(t, f.Layouts, 1)
 	custom := f.Layouts[0]
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("custom", small.Domain(), 3)
+		keys := content.PageKeys("custom", small.Domain(), 3)
 		m := manifestOf(t, small, tp2pp2, custom)
 		require.Equal(t, manifest.Layout{Name: "HLTD", Order: "C H L T D"}, m.Layout)
 		// The writers' pool -> HLTD pair is not compiled either.
@@ -69,7 +70,7 @@ func TestUncompiledLayout(t *testing.T) {
 // Cancellation returns only the pages read in full.
 func TestCancellation(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("cancel", small.Domain(), 3)
+		keys := content.PageKeys("cancel", small.Domain(), 3)
 		m := writeAll(t, st, small, tp2pp2, "LPHD", keys)
 		r := placement.Rank{TP: 0, PP: 2}
 		probe, _ := newReader(t, st, small, tp1pp3, r, "layer_first", 3, reshard.ReaderOptions{})
@@ -148,7 +149,7 @@ func TestCancellation(t *testing.T) {
 // even queried.
 func TestPrefetchBudget(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("budget", small.Domain(), 4)
+		keys := content.PageKeys("budget", small.Domain(), 4)
 		writeAll(t, st, small, tp1pp3, "PLHD", keys)
 		r := placement.Rank{TP: 1, PP: 1}
 		probe, _ := newReader(t, st, small, tp2pp2, r, "page_head", 4, reshard.ReaderOptions{})
@@ -204,7 +205,7 @@ func TestPrefetchBudget(t *testing.T) {
 // Pages of one request written in three layouts by three topologies.
 func TestThreeLayoutsInOneRequest(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("three", small.Domain(), 5)
+		keys := content.PageKeys("three", small.Domain(), 5)
 		ms := []*manifest.Manifest{
 			writeAll(t, st, small, tp2pp2, "PLHD", []string{keys[0], keys[3]}),
 			writeAll(t, st, small, tp1pp3, "LPHD", keys[1:2]),
@@ -247,7 +248,7 @@ func TestReplicatedHeads(t *testing.T) {
 	rep := newModel("replicated", 2, 8, []int{8, 8}, "bf16", 4)
 	tp16 := placement.Topology{TP: 16, PP: 1}
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("replicated", rep.Domain(), 2)
+		keys := content.PageKeys("replicated", rep.Domain(), 2)
 		m := manifestOf(t, rep, tp16, builtin(t, "PLHD"))
 		require.Len(t, m.Parts, 8)
 		var odd, even []placement.Rank
@@ -290,7 +291,7 @@ func TestReplicatedHeads(t *testing.T) {
 // Manifests are fetched once and validated; the cache is bounded.
 func TestManifestCache(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("cache", small.Domain(), 2)
+		keys := content.PageKeys("cache", small.Domain(), 2)
 		a := writeAll(t, st, small, tp2pp2, "PLHD", keys[:1])
 		b := writeAll(t, st, small, tp4pp1, "HPLD", keys[1:])
 		r := placement.Rank{TP: 1}
@@ -332,7 +333,7 @@ func TestWriterArguments(t *testing.T) {
 	w, err := reshard.NewWriter(st, m, 0, true, b)
 	require.NoError(t, err)
 	regions := w.Geometry().NewRegions()
-	keys := pageKeys("args", small.Domain(), 2)
+	keys := content.PageKeys("args", small.Domain(), 2)
 	for _, c := range []struct {
 		keys    []string
 		slots   []int

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -24,7 +25,7 @@ func TestReadStrategies(t *testing.T) {
 		var keys []string
 		var mans []*manifest.Manifest
 		for _, l := range []string{"PLHD", "LPHD", "HPLD"} {
-			k := pageKeys("strat-"+l, small.Domain(), n)
+			k := content.PageKeys("strat-"+l, small.Domain(), n)
 			m := writeAll(t, st, small, tp1pp3, l, k)
 			keys = append(keys, k...)
 			for range k {
@@ -87,7 +88,7 @@ func TestReadStrategies(t *testing.T) {
 // copied into the pool.
 func TestStagedFailedReadReportsPrefix(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		keys := pageKeys("staged-prefix", small.Domain(), 3)
+		keys := content.PageKeys("staged-prefix", small.Domain(), 3)
 		writeAll(t, st, small, tp4pp1, "PLHD", keys)
 		// Rank 0/0 of TP 2 x PP 2 needs heads 0 and 1: parts 0 and 1, of
 		// 2304 bytes each, read whole.
