@@ -78,6 +78,8 @@ type Manifest struct {
 
 	enc    []byte
 	digest string
+	id     string // LayoutID, computed once: readers ask for it per page
+	key    string // Key, likewise
 }
 
 // New returns the manifest of parts stored in layout l, for pages of the
@@ -105,6 +107,8 @@ func (m *Manifest) seal(enc []byte) {
 	m.enc = enc
 	sum := sha256.Sum256(enc)
 	m.digest = hex.EncodeToString(sum[:])
+	m.id = "sha256:" + m.digest
+	m.key = "kv/" + m.Domain + "/manifests/" + m.digest
 }
 
 // validate checks m. With strictOrder the layout order must already be
@@ -282,11 +286,21 @@ func (m *Manifest) Digest() string {
 
 // LayoutID returns "sha256:" + Digest(): the id that templates are cached
 // by.
-func (m *Manifest) LayoutID() string { return "sha256:" + m.Digest() }
+func (m *Manifest) LayoutID() string {
+	if m.id != "" {
+		return m.id
+	}
+	return "sha256:" + m.Digest()
+}
 
 // Key returns the store key of the manifest:
 // "kv/" + model domain + "/manifests/" + digest.
-func (m *Manifest) Key() string { return "kv/" + m.Domain + "/manifests/" + m.Digest() }
+func (m *Manifest) Key() string {
+	if m.key != "" {
+		return m.key
+	}
+	return "kv/" + m.Domain + "/manifests/" + m.Digest()
+}
 
 // PartBytes returns the bytes of part i: for each component, PageSize x
 // len(layers) x HeadCount x head dim x ItemSize, the K region then the V
