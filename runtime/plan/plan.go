@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/internal/lru"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 )
@@ -105,7 +106,7 @@ type Planner struct {
 
 	mu        sync.Mutex
 	kernels   map[string]*kernel.Kernels // by manifest part-layout identity
-	templates *lru
+	templates *lru.Cache[*Plan]          // by layout id
 
 	fallbacks atomic.Int64
 }
@@ -125,7 +126,7 @@ func NewPlanner(d *manifest.Descriptor, b Binding, opts Options) (*Planner, erro
 	if err := opts.resolveStrategy(d.ItemSize); err != nil {
 		return nil, err
 	}
-	return &Planner{geo: g, opts: opts, kernels: map[string]*kernel.Kernels{}, templates: newLRU(opts.Templates)}, nil
+	return &Planner{geo: g, opts: opts, kernels: map[string]*kernel.Kernels{}, templates: lru.New[*Plan](opts.Templates)}, nil
 }
 
 // Geometry returns the binding's checked geometry.

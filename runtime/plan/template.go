@@ -1,9 +1,7 @@
 package plan
 
 import (
-	"container/list"
 	"fmt"
-	"sync"
 
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 )
@@ -13,14 +11,14 @@ import (
 // to the page's slot: Instantiate places a template at a slot.
 func (p *Planner) Template(m *manifest.Manifest) (*Plan, error) {
 	id := m.LayoutID()
-	if pl := p.templates.get(id); pl != nil {
+	if pl, ok := p.templates.Get(id); ok {
 		return pl, nil
 	}
 	pl, err := p.Build(m)
 	if err != nil {
 		return nil, err
 	}
-	p.templates.put(id, pl)
+	p.templates.Put(id, pl)
 	return pl, nil
 }
 
@@ -71,54 +69,4 @@ func (p *Planner) Instantiate(pl *Plan, slot int, out []Op) []Op {
 		out[i].Dst += d[out[i].Region]
 	}
 	return out
-}
-
-// lru is a bounded cache of templates by layout id.
-type lru struct {
-	mu    sync.Mutex
-	max   int
-	order *list.List // front: most recent
-	items map[string]*list.Element
-}
-
-type lruItem struct {
-	id string
-	pl *Plan
-}
-
-func newLRU(max int) *lru {
-	return &lru{max: max, order: list.New(), items: map[string]*list.Element{}}
-}
-
-func (c *lru) get(id string) *Plan {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.items[id]; ok {
-		c.order.MoveToFront(e)
-		return e.Value.(*lruItem).pl
-	}
-	return nil
-}
-
-func (c *lru) put(id string, pl *Plan) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.items[id]; ok {
-		e.Value.(*lruItem).pl = pl
-		c.order.MoveToFront(e)
-		return
-	}
-	c.items[id] = c.order.PushFront(&lruItem{id, pl})
-	for c.order.Len() > c.max {
-		e := c.order.Back()
-		c.order.Remove(e)
-		delete(c.items, e.Value.(*lruItem).id)
-	}
-}
-
-// Len returns the number of cached templates.
-func (c *lru) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
 }

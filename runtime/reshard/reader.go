@@ -1,13 +1,13 @@
 package reshard
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvreshard/kvreshard/internal/lru"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/store"
@@ -43,9 +43,7 @@ type Reader struct {
 	planner *plan.Planner
 	opts    ReaderOptions
 
-	mu        sync.Mutex
-	manifests map[string]*list.Element
-	order     *list.List
+	manifests *lru.Cache[*manifest.Manifest] // validated, by manifest key
 
 	requests, pages, hits, misses, bytes, ops, rejected atomic.Int64
 
@@ -65,7 +63,7 @@ func NewReader(st store.Store, domain string, d *manifest.Descriptor, b plan.Bin
 	if opts.Manifests <= 0 {
 		opts.Manifests = 64
 	}
-	r := &Reader{st: st, domain: domain, planner: p, opts: opts, manifests: map[string]*list.Element{}, order: list.New()}
+	r := &Reader{st: st, domain: domain, planner: p, opts: opts, manifests: lru.New[*manifest.Manifest](opts.Manifests)}
 	r.stages.New = func() any { return new([]byte) }
 	r.bufs.New = func() any { return new(execBufs) }
 	return r, nil
@@ -406,14 +404,9 @@ var ErrManifest = errors.New("manifest rejected")
 // manifest returns the validated manifest stored under key, from the cache
 // when it has it.
 func (r *Reader) manifest(ctx context.Context, key string) (*manifest.Manifest, error) {
-	r.mu.Lock()
-	if e, ok := r.manifests[key]; ok {
-		r.order.MoveToFront(e)
-		m := e.Value.(*manifest.Manifest)
-		r.mu.Unlock()
+	if m, ok := r.manifests.Get(key); ok {
 		return m, nil
 	}
-	r.mu.Unlock()
 	data, err := r.st.GetMeta(ctx, key)
 	if err != nil {
 		r.rejected.Add(1)
@@ -424,15 +417,6 @@ func (r *Reader) manifest(ctx context.Context, key string) (*manifest.Manifest, 
 		r.rejected.Add(1)
 		return nil, fmt.Errorf("%w: %s: %w", ErrManifest, key, err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.manifests[key]; !ok {
-		r.manifests[key] = r.order.PushFront(m)
-		for r.order.Len() > r.opts.Manifests {
-			e := r.order.Back()
-			r.order.Remove(e)
-			delete(r.manifests, e.Value.(*manifest.Manifest).Key())
-		}
-	}
+	r.manifests.Put(key, m)
 	return m, nil
 }
