@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -52,16 +51,6 @@ func readOptions(url, strategy string) (reshard.ReaderOptions, error) {
 	return reshard.ReaderOptions{Plan: plan.Options{Strategy: st, Transport: &t}}, nil
 }
 
-func parseRank(s string) (placement.Rank, error) {
-	a, b, ok := strings.Cut(s, "/")
-	tp, err1 := strconv.Atoi(a)
-	pp, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil || tp < 0 || pp < 0 {
-		return placement.Rank{}, usagef("--rank %s is not TP/PP ranks like 1/0", s)
-	}
-	return placement.Rank{TP: tp, PP: pp}, nil
-}
-
 func writeCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("write", stderr)
 	storeURL := fs.String("store", "", "store `URL`: file:///dir, mem://, redis://host:port")
@@ -84,12 +73,9 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	ranks := ts.topo.Ranks()
 	if *rankFlag != "" {
-		r, err := parseRank(*rankFlag)
+		r, err := parseRank("--rank "+*rankFlag, *rankFlag, ts.topo)
 		if err != nil {
 			return err
-		}
-		if r.TP >= ts.topo.TP || r.PP >= ts.topo.PP {
-			return usagef("--rank %s is outside tp=%d x pp=%d", *rankFlag, ts.topo.TP, ts.topo.PP)
 		}
 		ranks = []placement.Rank{r}
 	}
@@ -154,7 +140,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	if *pages < 1 {
 		return usagef("--pages is required and must be at least 1")
 	}
-	if strings.Contains(*dst, "slots=") || strings.Contains(*dst, "slot=") {
+	if ts.placed {
 		return usagef("--dst: slots and slot are chosen by read: page i goes to slot i of a pool of --pages slots")
 	}
 	b, err := plan.BindingFor(d, ts.topo, ts.rank, ts.layout, *pages)

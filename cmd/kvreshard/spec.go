@@ -146,6 +146,7 @@ type topoSpec struct {
 	pool   *compiler.Layout // a writer's pool (pool=NAME, or poolFor(layout))
 	slots  int
 	slot   int
+	placed bool // slots= or slot= was given
 }
 
 // parseTopo parses a writer's tp=2,pp=2,layout=NAME[,pp-layers=a/b/..][,pool=NAME]
@@ -181,16 +182,10 @@ func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compil
 		return nil, usagef("%s: %v", flag, err)
 	}
 	if v, ok := kv["rank"]; ok {
-		a, b, ok := strings.Cut(v, "/")
-		tp, err1 := strconv.Atoi(a)
-		pp, err2 := strconv.Atoi(b)
-		if !ok || err1 != nil || err2 != nil || tp < 0 || pp < 0 {
-			return nil, usagef("%s: rank=%s is not TP/PP ranks like 1/0", flag, v)
+		if t.rank, err = parseRank(flag+": rank="+v, v, t.topo); err != nil {
+			return nil, err
 		}
-		if tp >= t.topo.TP || pp >= t.topo.PP {
-			return nil, usagef("%s: rank=%s is outside tp=%d x pp=%d", flag, v, t.topo.TP, t.topo.PP)
-		}
-		t.rank, t.ranked = placement.Rank{TP: tp, PP: pp}, true
+		t.ranked = true
 	}
 	name := kv["layout"]
 	if name == "" {
@@ -223,13 +218,29 @@ func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compil
 	if t.slot, err = intValue(flag, kv, "slot", 0, 0); err != nil {
 		return nil, err
 	}
-	if t.layout.Kind == compiler.Part && (kv["slots"] != "" || kv["slot"] != "") {
+	t.placed = kv["slots"] != "" || kv["slot"] != ""
+	if t.layout.Kind == compiler.Part && t.placed {
 		return nil, usagef("%s: slots and slot are for pool layouts; %s is a part layout (one page)", flag, name)
 	}
 	if t.slot >= t.slots {
 		return nil, usagef("%s: slot=%d is outside slots=%d", flag, t.slot, t.slots)
 	}
 	return t, nil
+}
+
+// parseRank parses T/P, the TP rank then the PP rank, of topology t;
+// label names the flag in errors.
+func parseRank(label, v string, t placement.Topology) (placement.Rank, error) {
+	a, b, ok := strings.Cut(v, "/")
+	tp, err1 := strconv.Atoi(a)
+	pp, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || tp < 0 || pp < 0 {
+		return placement.Rank{}, usagef("%s is not TP/PP ranks like 1/0", label)
+	}
+	if tp >= t.TP || pp >= t.PP {
+		return placement.Rank{}, usagef("%s is outside tp=%d x pp=%d", label, t.TP, t.PP)
+	}
+	return placement.Rank{TP: tp, PP: pp}, nil
 }
 
 func layoutNames(custom map[string]*compiler.Layout) []string {
