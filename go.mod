@@ -7,9 +7,7 @@ require (
 	github.com/dave/jennifer v1.7.1
 	github.com/redis/rueidis v1.0.79
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/sys v0.47.0
 )
 
-require (
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.47.0 // indirect
-)
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

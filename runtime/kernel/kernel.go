@@ -73,6 +73,16 @@ type Problem struct {
 	SrcHead, DstHead, Heads int
 }
 
+// Bytes returns the number of bytes p moves: every element of the common
+// layers and heads, of every component and token.
+func (p *Problem) Bytes() int {
+	n := 0
+	for _, d := range p.Dims {
+		n += d
+	}
+	return n * p.ItemSize * p.PageSize * len(p.Layers) * p.Heads
+}
+
 // RangeFunc appends to runs the byte runs of p, merging runs that are
 // contiguous on both sides, and returns the extended slice.
 type RangeFunc func(p *Problem, runs []Run) []Run
