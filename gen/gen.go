@@ -128,6 +128,7 @@ type kernel struct {
 	perC  bool // the outermost loop walks components and sets D
 	used  [compiler.NumSyms]bool
 	flags map[string]bool
+	move  bool // a strided copy moves its rows with kernel.Mover's func
 }
 
 func (k *kernel) use(e compiler.Expr) *jen.Statement {
@@ -190,6 +191,10 @@ func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
 		jen.Id("ps").Op(",").Id("pd").Op(",").Id("pl").Int(),
 		jen.Id("psr").Op(",").Id("pdr").Int32(),
 	))
+	if k.move {
+		// Copy2D, or Stream2D for a problem as large as copy() streams.
+		pro = append(pro, jen.Id("move").Op(":=").Qual(KernelPkg, "Mover").Call(jen.Id("p")))
+	}
 	if !k.copy {
 		pro = append(pro,
 			jen.List(jen.Id("out"), jen.Id("nr")).Op(":=").List(jen.Id("runs").Index(jen.Op(":").Cap(jen.Id("runs"))), jen.Len(jen.Id("runs"))),
@@ -219,6 +224,10 @@ func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
 			jen.Id("runs").Index().Qual(KernelPkg, "Run")).Index().Qual(KernelPkg, "Run")
 	}
 	all := append(pro, body...)
+	if k.move {
+		// Stream2D's stores are ordered before the kernel returns.
+		all = append(all, jen.Qual(KernelPkg, "Fence").Call())
+	}
 	if !k.copy {
 		all = append(all, jen.Return(jen.Id("out").Index(jen.Op(":").Id("nr"))))
 	}
@@ -401,11 +410,12 @@ func (k *kernel) loop(i int, s, d, sr, dr *jen.Statement) []jen.Code {
 	if lp.Fold.Kind == compiler.Runtime {
 		count = jen.Id(fmt.Sprintf("n%d", i))
 	}
-	if k.copy || lp.Mode.Axis == compiler.C {
+	if lp.Mode.Axis == compiler.C {
 		return k.forLoop(i, count, s, d, sr, dr)
 	}
-	// Range kernels write the runs of their innermost loop with one stride
-	// on each side in one call (stridedLoop). Layers consecutive on both
+	// The runs of the innermost loop have one stride on each side: range
+	// kernels write them, and copy kernels move them, in one call
+	// (stridedLoop). Layers consecutive on both
 	// sides are one stride apart too. When the innermost loop has a single
 	// iteration (one common head, say), the loop around it is the one to
 	// stride.
@@ -513,8 +523,8 @@ func (k *kernel) forLoop(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 	return []jen.Code{jen.For(jen.Id(iv).Op(":=").Lit(0), jen.Id(iv).Op("<").Add(count), jen.Id(iv).Op("++")).Block(body...)}
 }
 
-// stridedLoop is the innermost loop of a range kernel when it has one
-// stride on each side: its first run may continue the pending run; if the
+// stridedLoop is the innermost loop when it has one stride on each side.
+// In a range kernel its first run may continue the pending run; if the
 // strides equal the run, every run continues the one before; otherwise no
 // two of its runs touch, so the ones between the first and the last are
 // written in one call with nothing to merge, and the last becomes pending.
@@ -524,6 +534,9 @@ func (k *kernel) stridedLoop(i int, count, s, d, sr, dr *jen.Statement) []jen.Co
 	first[0], first[1] = k.firstOffset(i, s, d)
 	sv, dv := jen.Id(fmt.Sprintf("s%d", i+1)), jen.Id(fmt.Sprintf("d%d", i+1))
 	cnt := jen.Id("cnt")
+	if k.copy {
+		return k.stridedCopy(ss, ds, sv, dv, first, cnt, count, sr, dr)
+	}
 	return []jen.Code{jen.If(cnt.Clone().Op(":=").Add(count), cnt.Clone().Op(">").Lit(0)).Block(
 		sv.Clone().Op(",").Add(dv.Clone()).Op(":=").Add(first[0]).Op(",").Add(first[1]),
 		jen.If(jen.Id("pl").Op(">").Lit(0).Op("&&").Id("ps").Op("+").Id("pl").Op("==").Add(sv.Clone()).Op("&&").
@@ -545,6 +558,33 @@ func (k *kernel) stridedLoop(i int, count, s, d, sr, dr *jen.Statement) []jen.Co
 					sv.Clone().Op("+").Parens(cnt.Clone().Op("-").Lit(1)).Op("*").Add(ss.Clone()),
 					dv.Clone().Op("+").Parens(cnt.Clone().Op("-").Lit(1)).Op("*").Add(ds.Clone()), sr, dr, jen.Id("run")),
 			),
+		),
+	)}
+}
+
+// stridedCopy is stridedLoop in a copy kernel. A copy need not merge runs to
+// be right, only to be fast, so when the runs do not continue each other
+// they all go to kernel.Copy2D in one call, and only a loop of contiguous
+// runs (or of one) joins the pending run.
+func (k *kernel) stridedCopy(ss, ds, sv, dv *jen.Statement, first [2]*jen.Statement, cnt, count, sr, dr *jen.Statement) []jen.Code {
+	k.move = true
+	return []jen.Code{jen.If(cnt.Clone().Op(":=").Add(count), cnt.Clone().Op(">").Lit(0)).Block(
+		sv.Clone().Op(",").Add(dv.Clone()).Op(":=").Add(first[0]).Op(",").Add(first[1]),
+		jen.If(cnt.Clone().Op("==").Lit(1).Op("||").Add(ss.Clone()).Op("==").Id("run").Op("&&").Add(ds.Clone()).Op("==").Id("run")).Block(
+			jen.Id("n").Op(":=").Add(cnt.Clone()).Op("*").Id("run"),
+			jen.If(jen.Id("pl").Op(">").Lit(0).Op("&&").Id("ps").Op("+").Id("pl").Op("==").Add(sv.Clone()).Op("&&").
+				Id("pd").Op("+").Id("pl").Op("==").Add(dv.Clone()).Op("&&").Id("psr").Op("==").Add(sr).Op("&&").Id("pdr").Op("==").Add(dr)).Block(
+				jen.Id("pl").Op("+=").Id("n"),
+			).Else().Block(
+				k.flush(),
+				jen.List(jen.Id("ps"), jen.Id("pd"), jen.Id("psr"), jen.Id("pdr"), jen.Id("pl")).Op("=").List(sv.Clone(), dv.Clone(), sr, dr, jen.Id("n")),
+			),
+		).Else().Block(
+			k.flush(),
+			jen.Id("pl").Op("=").Lit(0),
+			jen.Id("move").Call(
+				jen.Id("dst").Index(dr).Index(dv.Clone().Op(":")), ds.Clone(),
+				jen.Id("src").Index(sr).Index(sv.Clone().Op(":")), ss.Clone(), jen.Id("run"), cnt.Clone()),
 		),
 	)}
 }

@@ -533,6 +533,7 @@ func copy_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -569,21 +570,67 @@ func copy_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < n2; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -591,6 +638,7 @@ func copy_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_PLHD_to_LPHD moves part PLHD to part LPHD.
@@ -764,10 +812,12 @@ func copy_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -794,21 +844,67 @@ func copy_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && nL == 1 {
+				if cnt := T; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < T; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -816,6 +912,7 @@ func copy_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_PLHD_to_HPLD moves part PLHD to part HPLD.
@@ -978,10 +1075,12 @@ func copy_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -1013,21 +1112,52 @@ func copy_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < T; i1++ {
 				s2 := sf + sc + i1*ss1
 				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nH == 1 {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -1036,6 +1166,7 @@ func copy_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_PLHD_to_page_first moves part PLHD to pool page_first.
@@ -1232,6 +1363,7 @@ func copy_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -1268,21 +1400,67 @@ func copy_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < n2; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -1290,6 +1468,7 @@ func copy_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_PLHD_to_page_first_direct moves part PLHD to pool page_first_direct.
@@ -1467,10 +1646,12 @@ func copy_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -1497,21 +1678,67 @@ func copy_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && nL == 1 {
+				if cnt := T; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < T; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -1519,6 +1746,7 @@ func copy_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_PLHD_to_layer_first moves part PLHD to pool layer_first.
@@ -1696,10 +1924,12 @@ func copy_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -1726,21 +1956,67 @@ func copy_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && nL == 1 {
+				if cnt := T; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < T; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -1748,6 +2024,7 @@ func copy_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_PLHD_to_page_head moves part PLHD to pool page_head.
@@ -1914,10 +2191,12 @@ func copy_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -1949,21 +2228,52 @@ func copy_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < T; i1++ {
 				s2 := sf + sc + i1*ss1
 				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nH == 1 {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -1972,6 +2282,7 @@ func copy_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_LPHD_to_PLHD moves part LPHD to part PLHD.
@@ -2128,10 +2439,12 @@ func copy_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -2158,21 +2471,52 @@ func copy_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && T == 1 {
+				if cnt := nL; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < nL; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2, d2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -2180,6 +2524,7 @@ func copy_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_LPHD_to_LPHD moves part LPHD to part LPHD.
@@ -2353,6 +2698,7 @@ func copy_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -2389,21 +2735,52 @@ func copy_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2, d2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -2411,6 +2788,7 @@ func copy_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_LPHD_to_HPLD moves part LPHD to part HPLD.
@@ -2576,6 +2954,7 @@ func copy_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -2608,20 +2987,51 @@ func copy_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 				lp := p.Layers[i1]
 				s2 := sf + sc + int(lp.Src)*ss1
 				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if nH == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -2630,6 +3040,7 @@ func copy_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_LPHD_to_page_first moves part LPHD to pool page_first.
@@ -2790,10 +3201,12 @@ func copy_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -2820,21 +3233,52 @@ func copy_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && T == 1 {
+				if cnt := nL; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < nL; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2, d2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -2842,6 +3286,7 @@ func copy_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_LPHD_to_page_first_direct moves part LPHD to pool page_first_direct.
@@ -3019,6 +3464,7 @@ func copy_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -3055,21 +3501,52 @@ func copy_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2, d2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -3077,6 +3554,7 @@ func copy_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_LPHD_to_layer_first moves part LPHD to pool layer_first.
@@ -3244,10 +3722,12 @@ func copy_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	nL := len(p.Layers)
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -3279,21 +3759,52 @@ func copy_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && n2 == 1 {
+				if cnt := nL; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < nL; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2, d2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -3301,6 +3812,7 @@ func copy_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_LPHD_to_page_head moves part LPHD to pool page_head.
@@ -3470,6 +3982,7 @@ func copy_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -3502,20 +4015,51 @@ func copy_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 				lp := p.Layers[i1]
 				s2 := sf + sc + int(lp.Src)*ss1
 				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if nH == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -3524,6 +4068,7 @@ func copy_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_HPLD_to_PLHD moves part HPLD to part PLHD.
@@ -3703,10 +4248,12 @@ func copy_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -3738,21 +4285,67 @@ func copy_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -3761,6 +4354,7 @@ func copy_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_HPLD_to_LPHD moves part HPLD to part LPHD.
@@ -3940,10 +4534,12 @@ func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -3975,21 +4571,67 @@ func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -3998,6 +4640,7 @@ func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_HPLD_to_HPLD moves part HPLD to part HPLD.
@@ -4199,6 +4842,7 @@ func copy_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -4245,21 +4889,67 @@ func copy_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < n1; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < n3; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && n3 == 1 {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := n3; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < n3; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -4268,6 +4958,7 @@ func copy_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_HPLD_to_page_first moves part HPLD to pool page_first.
@@ -4451,10 +5142,12 @@ func copy_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -4486,21 +5179,67 @@ func copy_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -4509,6 +5248,7 @@ func copy_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_HPLD_to_page_first_direct moves part HPLD to pool page_first_direct.
@@ -4692,10 +5432,12 @@ func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -4727,21 +5469,67 @@ func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -4750,6 +5538,7 @@ func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_HPLD_to_layer_first moves part HPLD to pool layer_first.
@@ -4933,10 +5722,12 @@ func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -4968,21 +5759,67 @@ func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -4991,6 +5828,7 @@ func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_HPLD_to_page_head moves part HPLD to pool page_head.
@@ -5196,6 +6034,7 @@ func copy_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -5242,21 +6081,67 @@ func copy_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < n1; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < n3; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && n3 == 1 {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := n3; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < n3; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -5265,6 +6150,7 @@ func copy_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_page_first_to_PLHD moves pool page_first to part PLHD.
@@ -5461,6 +6347,7 @@ func copy_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -5497,21 +6384,67 @@ func copy_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < n2; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -5519,6 +6452,7 @@ func copy_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_page_first_to_LPHD moves pool page_first to part LPHD.
@@ -5679,10 +6613,12 @@ func copy_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -5709,21 +6645,52 @@ func copy_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && T == 1 {
+				if cnt := nL; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < nL; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2, d2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -5731,6 +6698,7 @@ func copy_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_page_first_to_HPLD moves pool page_first to part HPLD.
@@ -5914,10 +6882,12 @@ func copy_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -5949,21 +6919,67 @@ func copy_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -5972,6 +6988,7 @@ func copy_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_page_first_direct_to_PLHD moves pool page_first_direct to part PLHD.
@@ -6149,10 +7166,12 @@ func copy_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -6179,21 +7198,67 @@ func copy_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && nL == 1 {
+				if cnt := T; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < T; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -6201,6 +7266,7 @@ func copy_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_page_first_direct_to_LPHD moves pool page_first_direct to part LPHD.
@@ -6378,6 +7444,7 @@ func copy_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -6414,21 +7481,52 @@ func copy_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && n2 == 1 {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2, d2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -6436,6 +7534,7 @@ func copy_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_page_first_direct_to_HPLD moves pool page_first_direct to part HPLD.
@@ -6619,10 +7718,12 @@ func copy_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -6654,21 +7755,67 @@ func copy_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -6677,6 +7824,7 @@ func copy_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_layer_first_to_PLHD moves pool layer_first to part PLHD.
@@ -6854,10 +8002,12 @@ func copy_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -6884,21 +8034,67 @@ func copy_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && nL == 1 {
+				if cnt := T; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < T; i1++ {
+					s2 := sf + sc + i1*ss1
+					d2 := df + dc + i1*ds1
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -6906,6 +8102,7 @@ func copy_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_layer_first_to_LPHD moves pool layer_first to part LPHD.
@@ -7073,10 +8270,12 @@ func copy_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	nL := len(p.Layers)
 	nH := p.Heads
 	fullHeads := nH == Hs && nH == Hd
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -7108,21 +8307,52 @@ func copy_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-						pl += run
-						continue
+			if consecutive && n2 == 1 {
+				if cnt := nL; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i1 := 0; i1 < nL; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2, d2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 				}
 			}
 		}
@@ -7130,6 +8360,7 @@ func copy_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_layer_first_to_HPLD moves pool layer_first to part HPLD.
@@ -7313,10 +8544,12 @@ func copy_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -7348,21 +8581,67 @@ func copy_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nL; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < nL; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -7371,6 +8650,7 @@ func copy_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_page_head_to_PLHD moves pool page_head to part PLHD.
@@ -7537,10 +8817,12 @@ func copy_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	Ss := p.Src.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -7572,21 +8854,52 @@ func copy_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < T; i1++ {
 				s2 := sf + sc + i1*ss1
 				d2 := df + dc + i1*ds1
-				for i2 := 0; i2 < nL; i2++ {
-					lp := p.Layers[i2]
-					s3 := s2 + int(lp.Src)*ss2
-					d3 := d2 + int(lp.Dst)*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && nH == 1 {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -7595,6 +8908,7 @@ func copy_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_page_head_to_LPHD moves pool page_head to part LPHD.
@@ -7764,6 +9078,7 @@ func copy_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -7796,20 +9111,51 @@ func copy_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 				lp := p.Layers[i1]
 				s2 := sf + sc + int(lp.Src)*ss1
 				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if nH == 1 {
+					if cnt := T; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -7818,6 +9164,7 @@ func copy_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_page_head_to_HPLD moves pool page_head to part HPLD.
@@ -8023,6 +9370,7 @@ func copy_page_head_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -8069,21 +9417,67 @@ func copy_page_head_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < n1; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				for i2 := 0; i2 < n2; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
-					for i3 := 0; i3 < n3; i3++ {
-						lp := p.Layers[i3]
-						s4 := s3 + int(lp.Src)*ss3
-						d4 := d3 + int(lp.Dst)*ds3
-						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-							pl += run
-							continue
+				if consecutive && n3 == 1 {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if consecutive {
+							if cnt := n3; cnt > 0 {
+								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < n3; i3++ {
+								lp := p.Layers[i3]
+								s4 := s3 + int(lp.Src)*ss3
+								d4 := d3 + int(lp.Dst)*ds3
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
 						}
-						ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 					}
 				}
 			}
@@ -8092,4 +9486,5 @@ func copy_page_head_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }

@@ -290,6 +290,7 @@ func copy_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
 	n0 := nL
@@ -320,23 +321,32 @@ func copy_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < n1; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < n2; i2++ {
-				s3 := s2 + i2*ss2
-				d3 := d2 + i2*ds2
-				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
-					pl += run
-					continue
+			if cnt := n2; cnt > 0 {
+				s3, d3 := s2, d2
+				if cnt == 1 || ss2 == run && ds2 == run {
+					n := cnt * run
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+						pl += n
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+					}
+				} else {
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					pl = 0
+					move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
 				}
-				if pl > 0 {
-					copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-				}
-				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 			}
 		}
 	}
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_vllm_flash_to_flashinfer_hnd moves part vllm_flash to part flashinfer_hnd.
@@ -482,6 +492,7 @@ func copy_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
 	ss1 := I * T * D * Hs
@@ -499,20 +510,51 @@ func copy_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < T; i2++ {
-				s3 := s2 + i2*ss2
-				d3 := d2 + i2*ds2
-				for i3 := 0; i3 < nH; i3++ {
-					s4 := s3 + (p.SrcHead+i3)*ss3
-					d4 := d3 + (p.DstHead+i3)*ds3
-					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
-						pl += run
-						continue
+			if nH == 1 {
+				if cnt := T; cnt > 0 {
+					s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+					if cnt == 1 || ss2 == run && ds2 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i2 := 0; i2 < T; i2++ {
+					s3 := s2 + i2*ss2
+					d3 := d2 + i2*ds2
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
 				}
 			}
 		}
@@ -520,6 +562,7 @@ func copy_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_vllm_flash_to_vllm_xblock moves part vllm_flash to part vllm_xblock.
@@ -680,6 +723,7 @@ func copy_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * Hd
 	ss1 := I * T * D * Hs
@@ -705,20 +749,51 @@ func copy_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 			for i2 := 0; i2 < T; i2++ {
 				s3 := s2 + i2*ss2
 				d3 := d2 + i2*ds2
-				for i3 := 0; i3 < nH; i3++ {
-					s4 := s3 + (p.SrcHead+i3)*ss3
-					d4 := d3 + (p.DstHead+i3)*ds3
-					for i4 := 0; i4 < (D / 8); i4++ {
-						s5 := s4 + i4*ss4
-						d5 := d4 + i4*ds4
-						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
-							pl += run
-							continue
+				if (D / 8) == 1 {
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dr {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, 0, dr, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dr][d4:], ds3, src[0][s4:], ss3, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i3 := 0; i3 < nH; i3++ {
+						s4 := s3 + (p.SrcHead+i3)*ss3
+						d4 := d3 + (p.DstHead+i3)*ds3
+						if cnt := (D / 8); cnt > 0 {
+							s5, d5 := s4, d4
+							if cnt == 1 || ss4 == run && ds4 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s5, d5, 0, dr, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dr][d5:], ds4, src[0][s5:], ss4, run, cnt)
+							}
 						}
-						ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
 					}
 				}
 			}
@@ -727,6 +802,7 @@ func copy_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_vllm_flash_to_vllm_host moves part vllm_flash to pool vllm_host.
@@ -848,6 +924,7 @@ func copy_vllm_flash_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd * Sd
 	ss1 := I * T * D * Hs
@@ -868,23 +945,32 @@ func copy_vllm_flash_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < n2; i2++ {
-				s3 := s2 + i2*ss2
-				d3 := d2 + i2*ds2
-				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
-					pl += run
-					continue
+			if cnt := n2; cnt > 0 {
+				s3, d3 := s2, d2
+				if cnt == 1 || ss2 == run && ds2 == run {
+					n := cnt * run
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+						pl += n
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+					}
+				} else {
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					pl = 0
+					move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
 				}
-				if pl > 0 {
-					copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-				}
-				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 			}
 		}
 	}
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_flashinfer_hnd_to_vllm_flash moves part flashinfer_hnd to part vllm_flash.
@@ -1030,6 +1116,7 @@ func copy_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd
 	ss1 := I * T * D * Hs
@@ -1047,20 +1134,51 @@ func copy_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < nH; i2++ {
-				s3 := s2 + (p.SrcHead+i2)*ss2
-				d3 := d2 + (p.DstHead+i2)*ds2
-				for i3 := 0; i3 < T; i3++ {
-					s4 := s3 + i3*ss3
-					d4 := d3 + i3*ds3
-					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
-						pl += run
-						continue
+			if T == 1 {
+				if cnt := nH; cnt > 0 {
+					s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
+					if cnt == 1 || ss2 == run && ds2 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					if cnt := T; cnt > 0 {
+						s4, d4 := s3, d3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
 				}
 			}
 		}
@@ -1068,6 +1186,7 @@ func copy_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_flashinfer_hnd_to_flashinfer_hnd moves part flashinfer_hnd to part flashinfer_hnd.
@@ -1370,6 +1489,7 @@ func copy_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * Hd
 	ss1 := I * T * D * Hs
@@ -1395,20 +1515,51 @@ func copy_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 			for i2 := 0; i2 < nH; i2++ {
 				s3 := s2 + (p.SrcHead+i2)*ss2
 				d3 := d2 + (p.DstHead+i2)*ds2
-				for i3 := 0; i3 < T; i3++ {
-					s4 := s3 + i3*ss3
-					d4 := d3 + i3*ds3
-					for i4 := 0; i4 < (D / 8); i4++ {
-						s5 := s4 + i4*ss4
-						d5 := d4 + i4*ds4
-						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
-							pl += run
-							continue
+				if (D / 8) == 1 {
+					if cnt := T; cnt > 0 {
+						s4, d4 := s3, d3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dr {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, 0, dr, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dr][d4:], ds3, src[0][s4:], ss3, run, cnt)
 						}
-						if pl > 0 {
-							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+				} else {
+					for i3 := 0; i3 < T; i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						if cnt := (D / 8); cnt > 0 {
+							s5, d5 := s4, d4
+							if cnt == 1 || ss4 == run && ds4 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s5, d5, 0, dr, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dr][d5:], ds4, src[0][s5:], ss4, run, cnt)
+							}
 						}
-						ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
 					}
 				}
 			}
@@ -1417,6 +1568,7 @@ func copy_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_flashinfer_hnd_to_vllm_host moves part flashinfer_hnd to pool vllm_host.
@@ -1566,6 +1718,7 @@ func copy_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	ss0 := I * T * D * NC * Hs
 	ds0 := I * T * D * NC * Hd * Sd
 	ss1 := I * T * D * Hs
@@ -1583,20 +1736,51 @@ func copy_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < nH; i2++ {
-				s3 := s2 + (p.SrcHead+i2)*ss2
-				d3 := d2 + (p.DstHead+i2)*ds2
-				for i3 := 0; i3 < T; i3++ {
-					s4 := s3 + i3*ss3
-					d4 := d3 + i3*ds3
-					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
-						pl += run
-						continue
+			if T == 1 {
+				if cnt := nH; cnt > 0 {
+					s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
+					if cnt == 1 || ss2 == run && ds2 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					if cnt := T; cnt > 0 {
+						s4, d4 := s3, d3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
 				}
 			}
 		}
@@ -1604,6 +1788,7 @@ func copy_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_vllm_xblock_to_vllm_flash moves part vllm_xblock to part vllm_flash.
@@ -1768,6 +1953,7 @@ func copy_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		for c, D := range p.Dims {
@@ -1798,20 +1984,51 @@ func copy_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 				for i2 := 0; i2 < nH; i2++ {
 					s3 := s2 + (p.SrcHead+i2)*ss2
 					d3 := d2 + (p.DstHead+i2)*ds2
-					for i3 := 0; i3 < (D / 8); i3++ {
-						s4 := s3 + i3*ss3
-						d4 := d3 + i3*ds3
-						for i4 := 0; i4 < T; i4++ {
-							s5 := s4 + i4*ss4
-							d5 := d4 + i4*ds4
-							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
-								pl += run
-								continue
+					if T == 1 {
+						if cnt := (D / 8); cnt > 0 {
+							s4, d4 := s3, d3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 							}
-							if pl > 0 {
-								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+					} else {
+						for i3 := 0; i3 < (D / 8); i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, sReg, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d5:], ds4, src[sReg][s5:], ss4, run, cnt)
+								}
 							}
-							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
 						}
 					}
 				}
@@ -1821,6 +2038,7 @@ func copy_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_vllm_xblock_to_flashinfer_hnd moves part vllm_xblock to part flashinfer_hnd.
@@ -1985,6 +2203,7 @@ func copy_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		for c, D := range p.Dims {
@@ -2015,20 +2234,51 @@ func copy_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 				for i2 := 0; i2 < nH; i2++ {
 					s3 := s2 + (p.SrcHead+i2)*ss2
 					d3 := d2 + (p.DstHead+i2)*ds2
-					for i3 := 0; i3 < (D / 8); i3++ {
-						s4 := s3 + i3*ss3
-						d4 := d3 + i3*ds3
-						for i4 := 0; i4 < T; i4++ {
-							s5 := s4 + i4*ss4
-							d5 := d4 + i4*ds4
-							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
-								pl += run
-								continue
+					if T == 1 {
+						if cnt := (D / 8); cnt > 0 {
+							s4, d4 := s3, d3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 							}
-							if pl > 0 {
-								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+					} else {
+						for i3 := 0; i3 < (D / 8); i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, sReg, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d5:], ds4, src[sReg][s5:], ss4, run, cnt)
+								}
 							}
-							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
 						}
 					}
 				}
@@ -2038,6 +2288,7 @@ func copy_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_vllm_xblock_to_vllm_xblock moves part vllm_xblock to part vllm_xblock.
@@ -2190,6 +2441,7 @@ func copy_vllm_xblock_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		dBase := 0
@@ -2219,24 +2471,48 @@ func copy_vllm_xblock_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < n1; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
-					pl += run
-					continue
+			if consecutive {
+				if cnt := n1; cnt > 0 {
+					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss1 == run && ds1 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+					}
 				}
-				if pl > 0 {
-					copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+			} else {
+				for i1 := 0; i1 < n1; i1++ {
+					lp := p.Layers[i1]
+					s2 := sf + sc + int(lp.Src)*ss1
+					d2 := df + dc + int(lp.Dst)*ds1
+					if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 				}
-				ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, run
 			}
 		}
 	}
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_vllm_xblock_to_vllm_host moves part vllm_xblock to pool vllm_host.
@@ -2405,6 +2681,7 @@ func copy_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		sBase := 0
 		for c, D := range p.Dims {
@@ -2435,20 +2712,51 @@ func copy_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 				for i2 := 0; i2 < nH; i2++ {
 					s3 := s2 + (p.SrcHead+i2)*ss2
 					d3 := d2 + (p.DstHead+i2)*ds2
-					for i3 := 0; i3 < (D / 8); i3++ {
-						s4 := s3 + i3*ss3
-						d4 := d3 + i3*ds3
-						for i4 := 0; i4 < T; i4++ {
-							s5 := s4 + i4*ss4
-							d5 := d4 + i4*ds4
-							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
-								pl += run
-								continue
+					if T == 1 {
+						if cnt := (D / 8); cnt > 0 {
+							s4, d4 := s3, d3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 							}
-							if pl > 0 {
-								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+					} else {
+						for i3 := 0; i3 < (D / 8); i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, sReg, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d5:], ds4, src[sReg][s5:], ss4, run, cnt)
+								}
 							}
-							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
 						}
 					}
 				}
@@ -2458,6 +2766,7 @@ func copy_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_vllm_host_to_vllm_flash moves pool vllm_host to part vllm_flash.
@@ -2579,6 +2888,7 @@ func copy_vllm_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	ss0 := I * T * D * NC * Hs * Ss
 	ds0 := I * T * D * NC * Hd
 	ss1 := I * T * D * Hs * Ss
@@ -2599,23 +2909,32 @@ func copy_vllm_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < n2; i2++ {
-				s3 := s2 + i2*ss2
-				d3 := d2 + i2*ds2
-				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
-					pl += run
-					continue
+			if cnt := n2; cnt > 0 {
+				s3, d3 := s2, d2
+				if cnt == 1 || ss2 == run && ds2 == run {
+					n := cnt * run
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+						pl += n
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+					}
+				} else {
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					pl = 0
+					move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
 				}
-				if pl > 0 {
-					copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-				}
-				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
 			}
 		}
 	}
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_vllm_host_to_flashinfer_hnd moves pool vllm_host to part flashinfer_hnd.
@@ -2765,6 +3084,7 @@ func copy_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	ss0 := I * T * D * NC * Hs * Ss
 	ds0 := I * T * D * NC * Hd
 	ss1 := I * T * D * Hs * Ss
@@ -2782,20 +3102,51 @@ func copy_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			for i2 := 0; i2 < nH; i2++ {
-				s3 := s2 + (p.SrcHead+i2)*ss2
-				d3 := d2 + (p.DstHead+i2)*ds2
-				for i3 := 0; i3 < T; i3++ {
-					s4 := s3 + i3*ss3
-					d4 := d3 + i3*ds3
-					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
-						pl += run
-						continue
+			if T == 1 {
+				if cnt := nH; cnt > 0 {
+					s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
+					if cnt == 1 || ss2 == run && ds2 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
 					}
-					if pl > 0 {
-						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+			} else {
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					if cnt := T; cnt > 0 {
+						s4, d4 := s3, d3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+						}
 					}
-					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
 				}
 			}
 		}
@@ -2803,6 +3154,7 @@ func copy_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }
 
 // range_vllm_host_to_vllm_xblock moves pool vllm_host to part vllm_xblock.
@@ -2971,6 +3323,7 @@ func copy_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 		ps, pd, pl int
 		psr, pdr   int32
 	)
+	move := kernel.Mover(p)
 	{
 		dBase := 0
 		for c, D := range p.Dims {
@@ -3001,20 +3354,51 @@ func copy_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 				for i2 := 0; i2 < nH; i2++ {
 					s3 := s2 + (p.SrcHead+i2)*ss2
 					d3 := d2 + (p.DstHead+i2)*ds2
-					for i3 := 0; i3 < (D / 8); i3++ {
-						s4 := s3 + i3*ss3
-						d4 := d3 + i3*ds3
-						for i4 := 0; i4 < T; i4++ {
-							s5 := s4 + i4*ss4
-							d5 := d4 + i4*ds4
-							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
-								pl += run
-								continue
+					if T == 1 {
+						if cnt := (D / 8); cnt > 0 {
+							s4, d4 := s3, d3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, 0, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[0][s4:], ss3, run, cnt)
 							}
-							if pl > 0 {
-								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+					} else {
+						for i3 := 0; i3 < (D / 8); i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, 0, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d5:], ds4, src[0][s5:], ss4, run, cnt)
+								}
 							}
-							ps, pd, psr, pdr, pl = s5, d5, 0, dReg, run
 						}
 					}
 				}
@@ -3024,4 +3408,5 @@ func copy_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	if pl > 0 {
 		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 	}
+	kernel.Fence()
 }

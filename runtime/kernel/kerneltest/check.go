@@ -11,7 +11,7 @@ import (
 )
 
 // CheckGenerated runs the generated kernels of every pair of f on random
-// cases and requires that the range kernel, the copy kernel, the interpreter
+// cases, and on one LargeCase, and requires that the range kernel, the copy kernel, the interpreter
 // and the naive element-by-element copy all produce identical bytes, with
 // every destination byte written exactly once and runs merged as far as
 // they can be.
@@ -23,8 +23,14 @@ func CheckGenerated(t *testing.T, f *compiler.File, cases int) {
 			require.NotNil(t, k, "no generated kernels registered for %s", p.Key())
 			require.Equal(t, p.Digest(), k.Digest, "registered kernels of %s come from another lowering", p.Key())
 			in := kernel.Interpreter{IR: p}
-			for range cases {
-				c := RandomCase(r, p.Src, p.Dst)
+			for i := range cases + 1 {
+				var c *Case
+				if i == cases {
+					c = LargeCase(p.Src, p.Dst)
+					require.GreaterOrEqual(t, c.Problem().Bytes(), kernel.StreamBytes)
+				} else {
+					c = RandomCase(r, p.Src, p.Dst)
+				}
 				if !p.Src.COuter() || !p.Dst.COuter() {
 					for i := range c.Dims {
 						c.Dims[i] = c.Dims[0]

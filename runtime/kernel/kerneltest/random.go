@@ -71,6 +71,25 @@ func RandomCase(r *rand.Rand, src, dst *compiler.Layout) *Case {
 	return c
 }
 
+// LargeCase is a transfer of kernel.StreamBytes, so that copy kernels move
+// their rows with kernel.Stream2D: bf16, head dims 128, 64 tokens, 8
+// layers, heads 2 to 5 of 8 on the part side; pools have 2 slots.
+func LargeCase(src, dst *compiler.Layout) *Case {
+	c := &Case{Geometry: Geometry{ItemSize: 2, PageSize: 64, Dims: []int{128, 128}}}
+	buf := func(l *compiler.Layout, headStart, heads int) Buffer {
+		b := Buffer{Layout: l, Layers: []int{0, 1, 2, 3, 4, 5, 6, 7}, HeadStart: headStart, Heads: heads, Slots: 1, Packed: l.Kind == compiler.Part}
+		if l.Kind == compiler.Pool {
+			b.Slots, b.Slot = 2, 1
+		}
+		return b
+	}
+	c.Src, c.Dst = buf(src, 2, 4), buf(dst, 0, 8)
+	if src.Kind == compiler.Pool {
+		c.Src, c.Dst = buf(src, 0, 8), buf(dst, 2, 4)
+	}
+	return c
+}
+
 func randomBuffer(r *rand.Rand, l *compiler.Layout, layers, heads int) Buffer {
 	b := Buffer{Layout: l, Slots: 1}
 	switch r.IntN(3) {
