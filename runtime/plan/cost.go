@@ -30,6 +30,11 @@ type Transport struct {
 	// measured once in this process (LocalCopy).
 	CopyBandwidth float64
 	CopyRunNS     float64
+	// InPlace says the store lends its bytes (store.Viewer) instead of
+	// reading them: a staged read moves nothing and costs only OpNS, so a
+	// staged plan reads whole parts, whatever their gaps, and its cost is
+	// the copy kernel's.
+	InPlace bool
 }
 
 // The default transports. The store figures were measured on the machine
@@ -49,11 +54,12 @@ type Transport struct {
 // depends on the ratios, which move less.
 
 // MemoryTransport is the in-process store (mem://): a range is a map
-// lookup and a copy. Measured: op 0 to 41 ns, segment 7 to 15 ns, 9.0 to
-// 12.6 GB/s. A scatter list is a list of copies, so its bound is ours: 64
+// lookup and a copy, and a staged read is a map lookup that lends the part
+// (InPlace). Measured: op 0 to 41 ns, segment 7 to 15 ns, 9.0 to 12.6
+// GB/s. A scatter list is a list of copies, so its bound is ours: 64
 // segments by default keep a 70B-size source span in one read.
 func MemoryTransport() Transport {
-	return Transport{Name: "memory", OpNS: 25, SegmentNS: 10, Bandwidth: 11e9, Segments: 64, SegmentLimit: 1024}
+	return Transport{Name: "memory", OpNS: 25, SegmentNS: 10, Bandwidth: 11e9, Segments: 64, SegmentLimit: 1024, InPlace: true}
 }
 
 // FileTransport is the file store (file://): a range is a positioned read
@@ -113,8 +119,12 @@ func (t *Transport) Validate() error {
 }
 
 // BreakEvenGap is the unneeded bytes the transport moves in the time of
-// one operation: bridging a smaller gap is cheaper than another read.
+// one operation: bridging a smaller gap is cheaper than another read. An
+// in-place transport moves no bytes, so any gap is worth bridging.
 func (t *Transport) BreakEvenGap() int {
+	if t.InPlace {
+		return math.MaxInt32
+	}
 	return int(t.OpNS * t.Bandwidth / 1e9)
 }
 
@@ -124,19 +134,31 @@ func (t *Transport) readNS(n, bytes int) float64 {
 }
 
 // Estimate is the time the plan takes on the transport: its operations and
-// bytes; for a scatter plan its extra segments; for a staged plan the
-// local copies of its runs out of the staging buffer.
+// bytes (only operations, for a staged plan on an in-place transport); for
+// a scatter plan its extra segments; for a staged plan the local copies of
+// its runs out of the staging buffer. A run a copy kernel moves costs only
+// its bytes: the kernel moves the runs of a strided loop in one call
+// (kernel.Copy2D); every other run is a copy() of its own.
 func (t *Transport) Estimate(pl *Plan) time.Duration {
 	ns := t.readNS(pl.OpCount(), pl.ReadBytes)
 	switch pl.Strategy {
 	case Scatter:
 		ns += float64(len(pl.Ops)-len(pl.Reads)) * t.SegmentNS
 	case Staged:
+		if t.InPlace {
+			ns = float64(pl.OpCount()) * t.OpNS
+		}
 		bw, run := t.CopyBandwidth, t.CopyRunNS
 		if bw == 0 {
 			bw, run = LocalCopy()
 		}
-		ns += float64(pl.Bytes)/bw*1e9 + float64(len(pl.Ops))*run
+		runs := 0
+		for _, r := range pl.Reads {
+			if !r.Kernel {
+				runs += r.N
+			}
+		}
+		ns += float64(pl.Bytes)/bw*1e9 + float64(runs)*run
 	}
 	return time.Duration(math.Ceil(ns))
 }

@@ -302,28 +302,33 @@ func TestStrategies70B(t *testing.T) {
 	}
 }
 
-// TestCostModelChoice plans the 70B case for two transports that differ
-// only in the cost of an operation: a cheap one keeps direct reads, a dear
-// one stages whole parts; in between, scatter wins.
+// TestCostModelChoice plans the 70B case for transports that differ only
+// in the cost of an operation: a cheap one keeps direct reads, a dear one
+// stages whole parts; in between, scatter wins. An in-place transport
+// (the memory store lends its parts) stages whole parts at any op cost.
 func TestCostModelChoice(t *testing.T) {
 	c := case70B(t, 1)
 	base := plan.Transport{Name: "x", SegmentNS: 5, Bandwidth: 10e9, Segments: 4, SegmentLimit: 30, CopyBandwidth: 10e9, CopyRunNS: 5}
 	for _, x := range []struct {
-		opNS float64
-		want plan.Strategy
-		ops  int
-		est  [3]int64
+		opNS    float64
+		inPlace bool
+		want    plan.Strategy
+		ops     int
+		est     [3]int64
 	}{
 		// The bytes take 262144 ns on the link and again to copy; 10240
-		// runs cost 51200 ns to copy. Scatter: 2560 reads and 7680 more
-		// segments. Staged: gaps up to opNS x 10 bytes are bridged, so 256
-		// spans until the 10240-byte gaps are, then 2 whole parts.
-		{0, plan.Direct, 10240, [3]int64{262144, 38400 + 262144, 262144 + 262144 + 51200}},
-		{10, plan.Scatter, 2560, [3]int64{102400 + 262144, 25600 + 38400 + 262144, 2560 + 262144 + 262144 + 51200}},
-		{20000, plan.Staged, 2, [3]int64{204800000 + 262144, 51200000 + 38400 + 262144, 40000 + 524288 + 262144 + 51200}},
+		// runs cost 51200 ns to copy one by one, nothing more when a copy
+		// kernel moves them. Scatter: 2560 reads and 7680 more segments.
+		// Staged: gaps up to opNS x 10 bytes are bridged, so 256 spans
+		// until the 10240-byte gaps are, then 2 whole parts.
+		{0, false, plan.Direct, 10240, [3]int64{262144, 38400 + 262144, 262144 + 262144 + 51200}},
+		{10, false, plan.Scatter, 2560, [3]int64{102400 + 262144, 25600 + 38400 + 262144, 2560 + 262144 + 262144 + 51200}},
+		{20000, false, plan.Staged, 2, [3]int64{204800000 + 262144, 51200000 + 38400 + 262144, 40000 + 524288 + 262144}},
+		// In place: any gap is bridged and a staged read moves nothing.
+		{25, true, plan.Staged, 2, [3]int64{256000 + 262144, 64000 + 38400 + 262144, 50 + 262144}},
 	} {
 		tr := base
-		tr.OpNS = x.opNS
+		tr.OpNS, tr.InPlace = x.opNS, x.inPlace
 		m, p := c.planner(t, plan.Options{Strategy: plan.Auto, Transport: &tr})
 		pl, err := p.Build(m)
 		require.NoError(t, err)

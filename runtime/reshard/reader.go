@@ -193,7 +193,9 @@ func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [
 // direct and scatter ranges read straight into the pool; the reads of a
 // staged round take room in the staging buffer, and when a round does not
 // fit, the batch so far is read and its rounds are copied out first. A
-// page counts once every range of it is read and every copy of it done.
+// store that lends its parts (store.Viewer) has no staged reads: the copies
+// run from its bytes. A page counts once every range of it is read and
+// every copy of it done.
 type exec struct {
 	r       *Reader
 	ctx     context.Context
@@ -209,7 +211,8 @@ type exec struct {
 	units  []unit
 	start  int // first range of the batch
 	stage  *[]byte
-	used   int // staging bytes the batch uses
+	used   int      // staging bytes the batch uses
+	views  [][]byte // the reads of a page a store lends (view)
 
 	hit int   // pages read in full
 	err error // why the reads stopped
@@ -267,6 +270,9 @@ func (x *exec) add(i int) bool {
 	}
 	switch t.Strategy {
 	case plan.Staged:
+		if v, ok := x.r.st.(store.Viewer); ok {
+			return x.view(v, i, mk)
+		}
 		if x.stage == nil {
 			x.stage = x.r.stages.Get().(*[]byte)
 			if need := x.stageNeed(); len(*x.stage) < need {
@@ -314,6 +320,38 @@ func (x *exec) add(i int) bool {
 		}
 	}
 	x.units = append(x.units, unit{page: i, end: len(x.ranges), last: true})
+	return true
+}
+
+// view runs the copies of staged page i straight from the parts the store
+// lends, after the batch before it is read, so that pages still complete in
+// order. Every read is viewed before any copy runs, so a page that fails
+// leaves its slot untouched. It returns false when a part could not be
+// viewed.
+func (x *exec) view(v store.Viewer, i int, mk string) bool {
+	if !x.flush() {
+		return false
+	}
+	t, key := x.tpls[i], x.keys[i]
+	x.views = x.views[:0]
+	for k := range t.Reads {
+		rd := &t.Reads[k]
+		b, err := v.ViewPart(x.ctx, key, int(rd.Part), mk)
+		if err == nil && rd.Src+rd.Len > len(b) {
+			err = &store.RangeError{Key: key, Part: int(rd.Part), Off: rd.Src, Len: rd.Len,
+				Err: fmt.Errorf("past the end of the part (%d bytes)", len(b))}
+		}
+		if err != nil {
+			x.err = err
+			return false
+		}
+		x.views = append(x.views, b[rd.Src:rd.Src+rd.Len])
+	}
+	for k, b := range x.views {
+		x.r.planner.CopyStaged(t, k, b, x.regions, x.slots[i])
+	}
+	clear(x.views)
+	x.hit = i + 1
 	return true
 }
 

@@ -150,6 +150,18 @@ type Store interface {
 	Close() error
 }
 
+// Viewer is implemented by a store whose parts live in the reader's own
+// memory (mem://). ViewPart lends the bytes of part Part of the complete
+// object Key instead of copying them, so that a reader's copy kernel moves
+// them straight into its pool: the staged read of a whole part costs
+// nothing. The bytes never change (a complete object is immutable) and
+// the caller must not modify them. Errors are those of ReadRanges for a
+// range of the whole part: a *RangeError wrapping ErrNotFound, or
+// ErrChanged when manifest is set and the object is stored under another.
+type Viewer interface {
+	ViewPart(ctx context.Context, key string, part int, manifest string) ([]byte, error)
+}
+
 // Opener opens a store from a parsed URL.
 type Opener func(ctx context.Context, u *url.URL) (Store, error)
 

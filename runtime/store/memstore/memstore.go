@@ -7,7 +7,8 @@
 //	             opened separately see the same objects
 //
 // A mem URL has nothing else: no user, port, path, query or fragment. Data is
-// copied in on writes and out on reads, so callers may reuse their buffers.
+// copied in on writes and out on reads, so callers may reuse their buffers;
+// ViewPart (store.Viewer) lends a part's bytes without a copy.
 // Close does nothing: a named store lives as long as the process, an unnamed
 // one as long as it is reachable.
 //
@@ -232,6 +233,21 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (int, error) {
 		}
 	}
 	return len(rs), nil
+}
+
+// ViewPart implements store.Viewer: the part's bytes, not a copy.
+func (s *Store) ViewPart(ctx context.Context, key string, part int, manifest string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o := s.complete(key)
+	if o == nil || part < 0 || part >= len(o.parts) {
+		return nil, &store.RangeError{Key: key, Part: part, Err: store.ErrNotFound}
+	}
+	if manifest != "" && manifest != o.manifest {
+		return nil, &store.RangeError{Key: key, Part: part, Len: len(o.parts[part]), Err: store.ErrChanged}
+	}
+	return o.parts[part], nil
 }
 
 var errNegativeOffset = errors.New("negative offset")

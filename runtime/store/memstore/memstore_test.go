@@ -102,3 +102,51 @@ func TestReadRangesAllocs(t *testing.T) {
 func BenchmarkReadRanges(b *testing.B) {
 	storetest.BenchReadRanges(b, New())
 }
+
+func TestViewPart(t *testing.T) {
+	s := New()
+	ctx := context.Background()
+	var v store.Viewer = s
+	require.Equal(t, []error{nil, nil}, s.WriteParts(ctx, []store.PartWrite{
+		{Key: "k", Part: 1, Parts: 2, Manifest: "m", Data: [][]byte{{1, 2}, {3}}},
+		{Key: "half", Part: 0, Parts: 2, Manifest: "m", Data: [][]byte{{9}}},
+	}))
+	_, err := v.ViewPart(ctx, "k", 1, "m")
+	require.EqualError(t, err, "read k part 1 [0,0): not found", "incomplete objects are not lent")
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{{Key: "k", Part: 0, Parts: 2, Manifest: "m", Data: [][]byte{{4, 5, 6, 7}}}}))
+
+	b, err := v.ViewPart(ctx, "k", 1, "m")
+	require.NoError(t, err)
+	require.Equal(t, []byte{1, 2, 3}, b)
+	b, err = v.ViewPart(ctx, "k", 0, "")
+	require.NoError(t, err)
+	require.Equal(t, []byte{4, 5, 6, 7}, b)
+	// The view is the stored bytes: a range read sees what it sees.
+	got := make([]byte, 4)
+	n, err := s.ReadRanges(ctx, []store.Range{{Key: "k", Part: 0, Dst: [][]byte{got}}})
+	require.Equal(t, 1, n)
+	require.NoError(t, err)
+	require.Equal(t, b, got)
+
+	for _, c := range []struct {
+		key, manifest string
+		part          int
+		want          string
+		is            error
+	}{
+		{"k", "other", 0, "read k part 0 [0,4): object changed since it was queried", store.ErrChanged},
+		{"k", "m", 2, "read k part 2 [0,0): not found", store.ErrNotFound},
+		{"k", "m", -1, "read k part -1 [0,0): not found", store.ErrNotFound},
+		{"nope", "m", 0, "read nope part 0 [0,0): not found", store.ErrNotFound},
+		{"half", "m", 0, "read half part 0 [0,0): not found", store.ErrNotFound},
+	} {
+		b, err := v.ViewPart(ctx, c.key, c.part, c.manifest)
+		require.Nil(t, b)
+		require.EqualError(t, err, c.want)
+		require.ErrorIs(t, err, c.is)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = v.ViewPart(cctx, "k", 0, "m")
+	require.ErrorIs(t, err, context.Canceled)
+}
