@@ -49,7 +49,7 @@ func TestBenchQuick(t *testing.T) {
 		require.NotNil(t, f.Baseline, f.Name)
 		require.Positive(t, *f.Baseline, f.Name)
 	}
-	require.Equal(t, []string{"copy_vs_memmove", "copy_vs_contiguous_memmove", "generated_vs_interpreter", "plan_build_us_70b",
+	require.Equal(t, []string{"copy_vs_memmove", "copy_vs_memmove_runs", "generated_vs_interpreter", "plan_build_us_70b",
 		"plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b", "reshard_vs_identity_mem", "reshard_gbps_file",
 		"redis_vs_get", "redis_vs_get_parts", "reshard_gbps_redis"}, names)
 }

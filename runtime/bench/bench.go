@@ -4,10 +4,10 @@
 //
 //	copy_vs_memmove           the generated copy kernel of the 70B case
 //	                          (TP 8 PLHD parts into a TP 4 page_first pool)
-//	                          against copy() of the same bytes, one call
-//	                          per run
-//	copy_vs_contiguous_memmove  the same kernel against copy() of as many
-//	                          contiguous bytes
+//	                          against one copy() of as many contiguous
+//	                          bytes
+//	copy_vs_memmove_runs      the same kernel against copy() of the same
+//	                          runs, one call per run
 //	generated_vs_interpreter  the generated range kernels of the 12
 //	                          built-in part -> pool pairs on the 70B
 //	                          problem against the interpreter
@@ -66,7 +66,7 @@ type Figure struct {
 
 // Names are the figures of the suite, in the order Run reports them.
 var Names = []string{
-	"copy_vs_memmove", "copy_vs_contiguous_memmove", "generated_vs_interpreter",
+	"copy_vs_memmove", "copy_vs_memmove_runs", "generated_vs_interpreter",
 	"plan_build_us_70b", "plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b",
 	"reshard_vs_identity_mem", "reshard_gbps_file", "redis_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
 }
