@@ -55,7 +55,9 @@ func bf16(src, dst string) benchCase {
 var (
 	plhdToPageHead = bf16("PLHD", "page_head") // read, 256-byte runs
 	pageHeadToPLHD = bf16("page_head", "PLHD") // write, 256-byte runs
-	layerFirst     = bf16("LPHD", "layer_first")
+	// 2 layers (512 KiB a page): both buffers stay in the 1 MiB L2.
+	plhdToPageHeadL2 = benchCase{src: "PLHD", dst: "page_head", item: 2, page: 64, dim: 128, layers: 2, heads: 8, srcHeads: 8}
+	layerFirst       = bf16("LPHD", "layer_first")
 	// A TP-2 writer's half of the heads read by a TP-1 reader: 1 KiB runs.
 	tpHalf = benchCase{src: "PLHD", dst: "page_first", item: 2, page: 64, dim: 128, layers: 32, heads: 8, srcHead: 4, srcHeads: 4}
 	// fp8, head dim 64: 64-byte runs, below what the copy target covers.
@@ -219,8 +221,7 @@ func gbps(bytes int, ns float64) float64 { return float64(bytes) / ns }
 func BenchmarkCopy(b *testing.B) {
 	for _, c := range []benchCase{
 		plhdToPageHead,
-		// 2 layers (512 KiB a page): both buffers stay in the 1 MiB L2.
-		{src: "PLHD", dst: "page_head", item: 2, page: 64, dim: 128, layers: 2, heads: 8, srcHeads: 8},
+		plhdToPageHeadL2,
 		pageHeadToPLHD,
 		bf16("HPLD", "page_first"), // read, 256-byte runs
 		layerFirst,
@@ -271,7 +272,7 @@ func BenchmarkCopyRuns(b *testing.B) {
 // BenchmarkCopyInterpreter: the generated copy kernel against the
 // interpreter's (target: at least 3x faster).
 func BenchmarkCopyInterpreter(b *testing.B) {
-	for _, c := range []benchCase{plhdToPageHead, layerFirst, fp8, xblock} {
+	for _, c := range []benchCase{plhdToPageHead, plhdToPageHeadL2, layerFirst, fp8, xblock} {
 		b.Run(c.name(), func(b *testing.B) {
 			s := newBenchSetup(b, c)
 			gen, in, ratio := pairwise(b,
