@@ -230,3 +230,44 @@ func TestReadDetectsWrongByte(t *testing.T) {
 	require.Equal(t, "kvreshard read: "+detail+"\n", stderr)
 	require.Regexp(t, `^read 1 of 1 pages: 256 bytes in \d+ ops, \S+ \([\d.]+ GB/s\)\n$`, stdout)
 }
+
+// read exits 0 on a miss, which a cache answers, and 1 when a page cannot
+// be read for another reason (here its manifest is corrupt), saying why on
+// stderr; the JSON says what was read either way.
+func TestReadExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	const model = "layers=2,kv-heads=2,head-dim=4,dtype=fp32,page=2"
+	code, _, stderr := runArgs("write", "--store", "file://"+dir, "--model", model, "--src", "tp=1,layout=PLHD", "--pages", "2")
+	require.Equal(t, 0, code, stderr)
+	read := func(pages string) (int, readJSON, string) {
+		code, stdout, stderr := runArgs("read", "--store", "file://"+dir, "--model", model, "--dst", "tp=1,rank=0/0,layout=page_first", "--pages", pages, "--verify", "--json")
+		var res readJSON
+		require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
+		res.Seconds, res.GBps, res.Ops = 0, 0, 0
+		return code, res, stderr
+	}
+	ms, err := parseModel(model)
+	require.NoError(t, err)
+	keys := content.PageKeys("kvreshard", ms.model.Domain(), 3)
+
+	code, res, stderr := read("3")
+	require.Equal(t, 0, code, stderr)
+	require.Empty(t, stderr)
+	require.Equal(t, readJSON{Requested: 3, Hit: 2, Verified: true, Bytes: 512, Stop: "page missing or incomplete: " + keys[2]}, res)
+
+	// Corrupt the one manifest.
+	var metas []string
+	require.NoError(t, filepath.WalkDir(filepath.Join(dir, "meta"), func(path string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			metas = append(metas, path)
+		}
+		return err
+	}))
+	require.Len(t, metas, 1)
+	require.NoError(t, os.WriteFile(metas[0], []byte("{}"), 0o666))
+	code, res, stderr = read("2")
+	require.Equal(t, 1, code)
+	require.Equal(t, 0, res.Hit)
+	require.True(t, strings.HasPrefix(res.Stop, "page "+keys[0]+": manifest "), res.Stop)
+	require.Equal(t, "kvreshard read: read 0 of 2 pages: "+res.Stop+"\n", stderr)
+}

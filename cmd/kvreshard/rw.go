@@ -208,5 +208,17 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return errFailed
 	}
+	if res.Stop != nil && !missed(res.Stop) {
+		fmt.Fprintf(stderr, "kvreshard read: read %d of %d pages: %v\n", out.Hit, out.Requested, res.Stop)
+		return errFailed
+	}
 	return nil
+}
+
+// missed reports whether a read stopped on what a cache answers, not on a
+// failure: a page missing or incomplete, one rewritten in another layout
+// since the query, or the prefetch budget. Anything else (the store failed,
+// a manifest was rejected) makes read exit 1.
+func missed(stop error) bool {
+	return errors.Is(stop, reshard.ErrMiss) || errors.Is(stop, store.ErrChanged) || errors.Is(stop, reshard.ErrBudget)
 }
