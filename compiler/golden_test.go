@@ -39,3 +39,43 @@ func TestGoldenPlans(t *testing.T) {
 		})
 	}
 }
+
+// TestLowerInDst: the nest of a copy kernel follows the destination, here
+// the pool, with the same strides and folds as the part-ordered nest.
+func TestLowerInDst(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("testdata", "builtin.kvl"))
+	require.NoError(t, err)
+	f, err := compiler.Compile("builtin.kvl", src)
+	require.NoError(t, err)
+	byName := map[string]*compiler.Layout{}
+	for _, l := range f.Layouts {
+		byName[l.Name] = l
+	}
+	p, err := compiler.LowerIn(byName["PLHD"], byName["page_head"], compiler.Dst)
+	require.NoError(t, err)
+	require.Equal(t, `pair PLHD -> page_head: part(C T L H D) -> pool(C S H T L D), loops follow the dst
+  src C block: I*T*D*Ls*Hs
+  dst C block: I*T*D*Ld*Hd*Sd
+  dst S stride: I*T*D*Ld*Hd
+  C    x NC    src block        dst block        loop
+  H    x nH    src I*D          dst I*T*D*Ld     loop
+  T    x T     src I*D*Ls*Hs    dst I*D*Ld       loop
+  L    x nL    src I*D*Hs       dst I*D          loop
+  D    x D     src I            dst I            fold
+  run I*D
+`, p.String())
+	// Following the part, the same pair walks T, L, H.
+	q, err := compiler.Lower(byName["PLHD"], byName["page_head"])
+	require.NoError(t, err)
+	require.Equal(t, compiler.Src, q.Iter)
+	require.Equal(t, []compiler.Axis{compiler.C, compiler.T, compiler.L, compiler.H, compiler.D}, axes(q))
+	require.Equal(t, []compiler.Axis{compiler.C, compiler.H, compiler.T, compiler.L, compiler.D}, axes(p))
+}
+
+func axes(p *compiler.Pair) []compiler.Axis {
+	var out []compiler.Axis
+	for _, lp := range p.Loops {
+		out = append(out, lp.Mode.Axis)
+	}
+	return out
+}

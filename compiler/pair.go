@@ -82,7 +82,7 @@ type Loop struct {
 // layout to a destination layout.
 type Pair struct {
 	Src, Dst *Layout
-	Iter     Side   // whose order the loops follow: the part side
+	Iter     Side   // whose order the loops follow (see Lower and LowerIn)
 	Loops    []Loop // outermost first; statically folded loops are last
 	Run      Expr   // bytes of the statically folded innermost run
 	// CompSize is the bytes of one component block on each side whose
@@ -216,8 +216,24 @@ func product(ms []Mode, s Side) Expr {
 	return e
 }
 
-// Lower builds the loop nest of a pair. At least one side must be a part.
+// Lower builds the loop nest of a pair, following the part side: the runs
+// of a range kernel come in the part's order, so that a read's runs of one
+// part are in source order and a write's fill its part front to back. At
+// least one side must be a part.
 func Lower(src, dst *Layout) (*Pair, error) {
+	iter := Src
+	if src.Kind == Pool {
+		iter = Dst
+	}
+	return LowerIn(src, dst, iter)
+}
+
+// LowerIn builds the loop nest of a pair following the order of side iter.
+// Copy kernels follow the destination (Dst), whatever its kind: their
+// writes then go front to back, so a copy into a pool that spills the
+// caches streams, where following a part scattered its rows (the rows of
+// PLHD into page_head land 512 KiB apart) at half the speed.
+func LowerIn(src, dst *Layout, iter Side) (*Pair, error) {
 	if src.Kind == Pool && dst.Kind == Pool {
 		return nil, fmt.Errorf("no kernel from pool %s to pool %s: one side of a transfer is a store part", src.Name, dst.Name)
 	}
@@ -227,10 +243,7 @@ func Lower(src, dst *Layout) (*Pair, error) {
 				src.Name, dst.Name, a, fs, fd)
 		}
 	}
-	p := &Pair{Src: src, Dst: dst, Iter: Src}
-	if src.Kind == Pool {
-		p.Iter = Dst
-	}
+	p := &Pair{Src: src, Dst: dst, Iter: iter}
 	modes := [2][]Mode{refine(src, dst), refine(dst, src)}
 	for s := Src; s <= Dst; s++ {
 		ms := modes[s]

@@ -64,7 +64,12 @@ func Generate(f *compiler.File, pkg string) ([]byte, error) {
 			jen.Id("Digest"): jen.Lit(p.Digest()),
 			jen.Id("Origin"): jen.Lit(filepath.Base(f.Name) + ": " + p.Src.Name + " -> " + p.Dst.Name),
 		})))
-		funcs = append(funcs, kernelFunc(p, name, false), jen.Line(), kernelFunc(p, name, true), jen.Line())
+		// The copy kernel follows the destination (see compiler.LowerIn).
+		cp, err := compiler.LowerIn(p.Src, p.Dst, compiler.Dst)
+		if err != nil {
+			return nil, err
+		}
+		funcs = append(funcs, kernelFunc(p, name, false), jen.Line(), kernelFunc(cp, name, true), jen.Line())
 	}
 	out.Func().Id("init").Params().Block(regs...)
 	out.Line()
@@ -140,8 +145,9 @@ func (k *kernel) use(e compiler.Expr) *jen.Statement {
 
 func sideName(s int) string { return [2]string{"s", "d"}[s] }
 
-// kernelFunc generates the range or the copy kernel of a pair. Both walk the
-// same loop nest; the range kernel appends runs, the copy kernel copies them.
+// kernelFunc generates the range or the copy kernel of a pair from its loop
+// nest: the range kernel appends runs, the copy kernel copies them (its
+// nest follows the destination; see compiler.LowerIn).
 func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
 	k := &kernel{p: p, live: p.LiveLoops(), copy: isCopy, flags: map[string]bool{}}
 	k.perC = len(k.live) > 0 && k.live[0].Mode.Axis == compiler.C && (k.live[0].CBlock[0] || k.live[0].CBlock[1])
@@ -413,6 +419,42 @@ func (k *kernel) loop(i int, s, d, sr, dr *jen.Statement) []jen.Code {
 	if lp.Mode.Axis == compiler.C {
 		return k.forLoop(i, count, s, d, sr, dr)
 	}
+	if k.copy && i == len(k.live)-2 && k.live[i+1].Mode.Axis != compiler.C {
+		return k.collapse(i, count, s, d, sr, dr)
+	}
+	return k.strided(i, count, s, d, sr, dr)
+}
+
+// collapse generates the two innermost loops of a copy kernel, i and i+1,
+// as one strided loop when loop i steps exactly over the rows of loop i+1
+// on both sides (its stride is i+1's count times i+1's stride: all layers
+// of a layer loop, say), so that Copy2D moves all their rows in one call
+// and not a short row list per iteration of i; otherwise as strided does.
+func (k *kernel) collapse(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
+	in := k.live[i+1]
+	inCount := k.use(in.Extent)
+	if in.Fold.Kind == compiler.Runtime {
+		inCount = jen.Id(fmt.Sprintf("n%d", i+1))
+	}
+	ss, ds := jen.Id(fmt.Sprintf("ss%d", i)), jen.Id(fmt.Sprintf("ds%d", i))
+	iss, ids := jen.Id(fmt.Sprintf("ss%d", i+1)), jen.Id(fmt.Sprintf("ds%d", i+1))
+	cond := ss.Clone().Op("==").Add(inCount.Clone()).Op("*").Add(iss.Clone()).Op("&&").
+		Add(ds.Clone()).Op("==").Add(inCount.Clone()).Op("*").Add(ids.Clone())
+	if k.live[i].Mode.Axis == compiler.L || in.Mode.Axis == compiler.L {
+		k.flags["consecutive"] = true
+		cond = jen.Id("consecutive").Op("&&").Add(cond)
+	}
+	s1, d1 := k.firstOffset(i, s, d)
+	var first [2]*jen.Statement
+	first[0], first[1] = k.firstOffset(i+1, s1, d1)
+	sv, dv := jen.Id(fmt.Sprintf("s%d", i+2)), jen.Id(fmt.Sprintf("d%d", i+2))
+	rows := k.stridedCopy(iss, ids, sv, dv, first, jen.Id("cnt"), count.Clone().Op("*").Add(inCount.Clone()), sr, dr)
+	return []jen.Code{jen.If(cond).Block(rows...).Else().Block(k.strided(i, count, s, d, sr, dr)...)}
+}
+
+// strided generates live loop i, not over C, and everything inside it.
+func (k *kernel) strided(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
+	lp := k.live[i]
 	// The runs of the innermost loop have one stride on each side: range
 	// kernels write them, and copy kernels move them, in one call
 	// (stridedLoop). Layers consecutive on both

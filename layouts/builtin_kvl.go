@@ -505,7 +505,7 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 
 // copy_PLHD_to_PLHD moves part PLHD to part PLHD.
 //
-//	pair PLHD -> PLHD: part(C T L H D) -> part(C T L H D), loops follow the src
+//	pair PLHD -> PLHD: part(C T L H D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
@@ -570,65 +570,88 @@ func copy_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && n2 == 1 {
-				if cnt := n1; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == n2*ss2 && ds1 == n2*ds2 {
+				if cnt := n1 * n2; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < n1; i1++ {
-					s2 := sf + sc + i1*ss1
-					d2 := df + dc + i1*ds1
-					if consecutive {
-						if cnt := n2; cnt > 0 {
-							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
-							if cnt == 1 || ss2 == run && ds2 == run {
-								n := cnt * run
-								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-									pl += n
-								} else {
-									if pl > 0 {
-										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-									}
-									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
-								}
+				if consecutive && n2 == 1 {
+					if cnt := n1; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss1 == run && ds1 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								pl = 0
-								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
-						}
-					} else {
-						for i2 := 0; i2 < n2; i2++ {
-							lp := p.Layers[i2]
-							s3 := s2 + int(lp.Src)*ss2
-							d3 := d2 + int(lp.Dst)*ds2
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-								pl += run
-								continue
-							}
+						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							pl = 0
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < n1; i1++ {
+						s2 := sf + sc + i1*ss1
+						d2 := df + dc + i1*ds1
+						if consecutive {
+							if cnt := n2; cnt > 0 {
+								s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+								if cnt == 1 || ss2 == run && ds2 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								}
+							}
+						} else {
+							for i2 := 0; i2 < n2; i2++ {
+								lp := p.Layers[i2]
+								s3 := s2 + int(lp.Src)*ss2
+								d3 := d2 + int(lp.Dst)*ds2
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
 						}
 					}
 				}
@@ -791,12 +814,12 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 
 // copy_PLHD_to_LPHD moves part PLHD to part LPHD.
 //
-//	pair PLHD -> LPHD: part(C T L H D) -> part(C L T H D), loops follow the src
+//	pair PLHD -> LPHD: part(C T L H D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
-//	  T    x T     src I*D*Ls*Hs    dst I*D*Hd       loop
 //	  L    x nL    src I*D*Hs       dst I*T*D*Hd     loop
+//	  T    x T     src I*D*Ls*Hs    dst I*D*Hd       loop
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
@@ -822,10 +845,10 @@ func copy_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * D * Ls * Hs
-			ds1 := I * D * Hd
-			ss2 := I * D * Hs
-			ds2 := I * T * D * Hd
+			ss1 := I * D * Hs
+			ds1 := I * T * D * Hd
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Hd
 			run := I * D * nH
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
@@ -844,34 +867,56 @@ func copy_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && nL == 1 {
-				if cnt := T; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == T*ss2 && ds1 == T*ds2 {
+				if cnt := nL * T; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < T; i1++ {
-					s2 := sf + sc + i1*ss1
-					d2 := df + dc + i1*ds1
-					if consecutive {
-						if cnt := nL; cnt > 0 {
-							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+				if consecutive && T == 1 {
+					if cnt := nL; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+						if cnt == 1 || ss1 == run && ds1 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < nL; i1++ {
+						lp := p.Layers[i1]
+						s2 := sf + sc + int(lp.Src)*ss1
+						d2 := df + dc + int(lp.Dst)*ds1
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2, d2
 							if cnt == 1 || ss2 == run && ds2 == run {
 								n := cnt * run
 								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
@@ -889,20 +934,6 @@ func copy_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 								pl = 0
 								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 							}
-						}
-					} else {
-						for i2 := 0; i2 < nL; i2++ {
-							lp := p.Layers[i2]
-							s3 := s2 + int(lp.Src)*ss2
-							d3 := d2 + int(lp.Dst)*ds2
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-								pl += run
-								continue
-							}
-							if pl > 0 {
-								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-							}
-							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
 					}
 				}
@@ -1054,13 +1085,13 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 
 // copy_PLHD_to_HPLD moves part PLHD to part HPLD.
 //
-//	pair PLHD -> HPLD: part(C T L H D) -> part(C H T L D), loops follow the src
+//	pair PLHD -> HPLD: part(C T L H D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
+//	  H    x nH    src I*D          dst I*T*D*Ld     loop
 //	  T    x T     src I*D*Ls*Hs    dst I*D*Ld       loop
 //	  L    x nL    src I*D*Hs       dst I*D          loop
-//	  H    x nH    src I*D          dst I*T*D*Ld     loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
@@ -1085,12 +1116,12 @@ func copy_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * D * Ls * Hs
-			ds1 := I * D * Ld
-			ss2 := I * D * Hs
-			ds2 := I * D
-			ss3 := I * D
-			ds3 := I * T * D * Ld
+			ss1 := I * D
+			ds1 := I * T * D * Ld
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Ld
+			ss3 := I * D * Hs
+			ds3 := I * D
 			run := I * D
 			sf, df := 0, 0
 			var sc int
@@ -1109,53 +1140,91 @@ func copy_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				if consecutive && nH == 1 {
-					if cnt := nL; cnt > 0 {
-						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
-						if cnt == 1 || ss2 == run && ds2 == run {
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				if consecutive && ss2 == nL*ss3 && ds2 == nL*ds3 {
+					if cnt := T * nL; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < nL; i2++ {
-						lp := p.Layers[i2]
-						s3 := s2 + int(lp.Src)*ss2
-						d3 := d2 + int(lp.Dst)*ds2
-						if cnt := nH; cnt > 0 {
-							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
-							if cnt == 1 || ss3 == run && ds3 == run {
+					if consecutive && nL == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if consecutive {
+								if cnt := nL; cnt > 0 {
+									s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+									if cnt == 1 || ss3 == run && ds3 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									}
+								}
+							} else {
+								for i3 := 0; i3 < nL; i3++ {
+									lp := p.Layers[i3]
+									s4 := s3 + int(lp.Src)*ss3
+									d4 := d3 + int(lp.Dst)*ds3
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += run
+										continue
+									}
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
 							}
 						}
 					}
@@ -1333,7 +1402,7 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 
 // copy_PLHD_to_page_first moves part PLHD to pool page_first.
 //
-//	pair PLHD -> page_first: part(C T L H D) -> pool(C S T L H D), loops follow the src
+//	pair PLHD -> page_first: part(C T L H D) -> pool(C S T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Ld*Hd
@@ -1400,65 +1469,88 @@ func copy_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && n2 == 1 {
-				if cnt := n1; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == n2*ss2 && ds1 == n2*ds2 {
+				if cnt := n1 * n2; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < n1; i1++ {
-					s2 := sf + sc + i1*ss1
-					d2 := df + dc + i1*ds1
-					if consecutive {
-						if cnt := n2; cnt > 0 {
-							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
-							if cnt == 1 || ss2 == run && ds2 == run {
-								n := cnt * run
-								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-									pl += n
-								} else {
-									if pl > 0 {
-										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-									}
-									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
-								}
+				if consecutive && n2 == 1 {
+					if cnt := n1; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss1 == run && ds1 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								pl = 0
-								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
-						}
-					} else {
-						for i2 := 0; i2 < n2; i2++ {
-							lp := p.Layers[i2]
-							s3 := s2 + int(lp.Src)*ss2
-							d3 := d2 + int(lp.Dst)*ds2
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-								pl += run
-								continue
-							}
+						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							pl = 0
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < n1; i1++ {
+						s2 := sf + sc + i1*ss1
+						d2 := df + dc + i1*ds1
+						if consecutive {
+							if cnt := n2; cnt > 0 {
+								s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+								if cnt == 1 || ss2 == run && ds2 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								}
+							}
+						} else {
+							for i2 := 0; i2 < n2; i2++ {
+								lp := p.Layers[i2]
+								s3 := s2 + int(lp.Src)*ss2
+								d3 := d2 + int(lp.Dst)*ds2
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
 						}
 					}
 				}
@@ -1623,13 +1715,13 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 
 // copy_PLHD_to_page_first_direct moves part PLHD to pool page_first_direct.
 //
-//	pair PLHD -> page_first_direct: part(C T L H D) -> pool(C S L T H D), loops follow the src
+//	pair PLHD -> page_first_direct: part(C T L H D) -> pool(C S L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
-//	  T    x T     src I*D*Ls*Hs    dst I*D*Hd       loop
 //	  L    x nL    src I*D*Hs       dst I*T*D*Hd     loop
+//	  T    x T     src I*D*Ls*Hs    dst I*D*Hd       loop
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
@@ -1656,10 +1748,10 @@ func copy_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * D * Ls * Hs
-			ds1 := I * D * Hd
-			ss2 := I * D * Hs
-			ds2 := I * T * D * Hd
+			ss1 := I * D * Hs
+			ds1 := I * T * D * Hd
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Hd
 			run := I * D * nH
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
@@ -1678,34 +1770,56 @@ func copy_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && nL == 1 {
-				if cnt := T; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == T*ss2 && ds1 == T*ds2 {
+				if cnt := nL * T; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < T; i1++ {
-					s2 := sf + sc + i1*ss1
-					d2 := df + dc + i1*ds1
-					if consecutive {
-						if cnt := nL; cnt > 0 {
-							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+				if consecutive && T == 1 {
+					if cnt := nL; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+						if cnt == 1 || ss1 == run && ds1 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < nL; i1++ {
+						lp := p.Layers[i1]
+						s2 := sf + sc + int(lp.Src)*ss1
+						d2 := df + dc + int(lp.Dst)*ds1
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2, d2
 							if cnt == 1 || ss2 == run && ds2 == run {
 								n := cnt * run
 								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
@@ -1723,20 +1837,6 @@ func copy_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 								pl = 0
 								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 							}
-						}
-					} else {
-						for i2 := 0; i2 < nL; i2++ {
-							lp := p.Layers[i2]
-							s3 := s2 + int(lp.Src)*ss2
-							d3 := d2 + int(lp.Dst)*ds2
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-								pl += run
-								continue
-							}
-							if pl > 0 {
-								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-							}
-							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
 					}
 				}
@@ -1901,13 +2001,13 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 
 // copy_PLHD_to_layer_first moves part PLHD to pool layer_first.
 //
-//	pair PLHD -> layer_first: part(C T L H D) -> pool(C L S T H D), loops follow the src
+//	pair PLHD -> layer_first: part(C T L H D) -> pool(C L S T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Hd
 //	  C    x NC    src block        dst block        loop
-//	  T    x T     src I*D*Ls*Hs    dst I*D*Hd       loop
 //	  L    x nL    src I*D*Hs       dst I*T*D*Hd*Sd  loop
+//	  T    x T     src I*D*Ls*Hs    dst I*D*Hd       loop
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
@@ -1934,10 +2034,10 @@ func copy_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * D * Ls * Hs
-			ds1 := I * D * Hd
-			ss2 := I * D * Hs
-			ds2 := I * T * D * Hd * Sd
+			ss1 := I * D * Hs
+			ds1 := I * T * D * Hd * Sd
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Hd
 			run := I * D * nH
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
@@ -1956,34 +2056,56 @@ func copy_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && nL == 1 {
-				if cnt := T; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == T*ss2 && ds1 == T*ds2 {
+				if cnt := nL * T; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < T; i1++ {
-					s2 := sf + sc + i1*ss1
-					d2 := df + dc + i1*ds1
-					if consecutive {
-						if cnt := nL; cnt > 0 {
-							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+				if consecutive && T == 1 {
+					if cnt := nL; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+						if cnt == 1 || ss1 == run && ds1 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < nL; i1++ {
+						lp := p.Layers[i1]
+						s2 := sf + sc + int(lp.Src)*ss1
+						d2 := df + dc + int(lp.Dst)*ds1
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2, d2
 							if cnt == 1 || ss2 == run && ds2 == run {
 								n := cnt * run
 								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
@@ -2001,20 +2123,6 @@ func copy_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 								pl = 0
 								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 							}
-						}
-					} else {
-						for i2 := 0; i2 < nL; i2++ {
-							lp := p.Layers[i2]
-							s3 := s2 + int(lp.Src)*ss2
-							d3 := d2 + int(lp.Dst)*ds2
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-								pl += run
-								continue
-							}
-							if pl > 0 {
-								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-							}
-							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
 						}
 					}
 				}
@@ -2168,14 +2276,14 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 
 // copy_PLHD_to_page_head moves part PLHD to pool page_head.
 //
-//	pair PLHD -> page_head: part(C T L H D) -> pool(C S H T L D), loops follow the src
+//	pair PLHD -> page_head: part(C T L H D) -> pool(C S H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
+//	  H    x nH    src I*D          dst I*T*D*Ld     loop
 //	  T    x T     src I*D*Ls*Hs    dst I*D*Ld       loop
 //	  L    x nL    src I*D*Hs       dst I*D          loop
-//	  H    x nH    src I*D          dst I*T*D*Ld     loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
@@ -2201,12 +2309,12 @@ func copy_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * D * Ls * Hs
-			ds1 := I * D * Ld
-			ss2 := I * D * Hs
-			ds2 := I * D
-			ss3 := I * D
-			ds3 := I * T * D * Ld
+			ss1 := I * D
+			ds1 := I * T * D * Ld
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Ld
+			ss3 := I * D * Hs
+			ds3 := I * D
 			run := I * D
 			sf, df := 0, 0
 			var sc int
@@ -2225,53 +2333,91 @@ func copy_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < T; i1++ {
-				s2 := sf + sc + i1*ss1
-				d2 := df + dc + i1*ds1
-				if consecutive && nH == 1 {
-					if cnt := nL; cnt > 0 {
-						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
-						if cnt == 1 || ss2 == run && ds2 == run {
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				if consecutive && ss2 == nL*ss3 && ds2 == nL*ds3 {
+					if cnt := T * nL; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < nL; i2++ {
-						lp := p.Layers[i2]
-						s3 := s2 + int(lp.Src)*ss2
-						d3 := d2 + int(lp.Dst)*ds2
-						if cnt := nH; cnt > 0 {
-							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
-							if cnt == 1 || ss3 == run && ds3 == run {
+					if consecutive && nL == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if consecutive {
+								if cnt := nL; cnt > 0 {
+									s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+									if cnt == 1 || ss3 == run && ds3 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									}
+								}
+							} else {
+								for i3 := 0; i3 < nL; i3++ {
+									lp := p.Layers[i3]
+									s4 := s3 + int(lp.Src)*ss3
+									d4 := d3 + int(lp.Dst)*ds3
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += run
+										continue
+									}
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
 							}
 						}
 					}
@@ -2418,12 +2564,12 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 
 // copy_LPHD_to_PLHD moves part LPHD to part PLHD.
 //
-//	pair LPHD -> PLHD: part(C L T H D) -> part(C T L H D), loops follow the src
+//	pair LPHD -> PLHD: part(C L T H D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
-//	  L    x nL    src I*T*D*Hs     dst I*D*Hd       loop
 //	  T    x T     src I*D*Hs       dst I*D*Ld*Hd    loop
+//	  L    x nL    src I*T*D*Hs     dst I*D*Hd       loop
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
@@ -2449,10 +2595,10 @@ func copy_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * T * D * Hs
-			ds1 := I * D * Hd
-			ss2 := I * D * Hs
-			ds2 := I * D * Ld * Hd
+			ss1 := I * D * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * T * D * Hs
+			ds2 := I * D * Hd
 			run := I * D * nH
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
@@ -2471,50 +2617,88 @@ func copy_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && T == 1 {
-				if cnt := nL; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == nL*ss2 && ds1 == nL*ds2 {
+				if cnt := T * nL; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < nL; i1++ {
-					lp := p.Layers[i1]
-					s2 := sf + sc + int(lp.Src)*ss1
-					d2 := df + dc + int(lp.Dst)*ds1
+				if consecutive && nL == 1 {
 					if cnt := T; cnt > 0 {
-						s3, d3 := s2, d2
-						if cnt == 1 || ss2 == run && ds2 == run {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss1 == run && ds1 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < T; i1++ {
+						s2 := sf + sc + i1*ss1
+						d2 := df + dc + i1*ds1
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+								if cnt == 1 || ss2 == run && ds2 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								}
+							}
+						} else {
+							for i2 := 0; i2 < nL; i2++ {
+								lp := p.Layers[i2]
+								s3 := s2 + int(lp.Src)*ss2
+								d3 := d2 + int(lp.Dst)*ds2
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
 						}
 					}
 				}
@@ -2671,7 +2855,7 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 
 // copy_LPHD_to_LPHD moves part LPHD to part LPHD.
 //
-//	pair LPHD -> LPHD: part(C L T H D) -> part(C L T H D), loops follow the src
+//	pair LPHD -> LPHD: part(C L T H D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
@@ -2735,50 +2919,73 @@ func copy_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && n2 == 1 {
-				if cnt := n1; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == n2*ss2 && ds1 == n2*ds2 {
+				if cnt := n1 * n2; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < n1; i1++ {
-					lp := p.Layers[i1]
-					s2 := sf + sc + int(lp.Src)*ss1
-					d2 := df + dc + int(lp.Dst)*ds1
-					if cnt := n2; cnt > 0 {
-						s3, d3 := s2, d2
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && n2 == 1 {
+					if cnt := n1; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+						if cnt == 1 || ss1 == run && ds1 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < n1; i1++ {
+						lp := p.Layers[i1]
+						s2 := sf + sc + int(lp.Src)*ss1
+						d2 := df + dc + int(lp.Dst)*ds1
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2, d2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
 						}
 					}
 				}
@@ -2929,13 +3136,13 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 
 // copy_LPHD_to_HPLD moves part LPHD to part HPLD.
 //
-//	pair LPHD -> HPLD: part(C L T H D) -> part(C H T L D), loops follow the src
+//	pair LPHD -> HPLD: part(C L T H D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
-//	  L    x nL    src I*T*D*Hs     dst I*D          loop
-//	  T    x T     src I*D*Hs       dst I*D*Ld       loop
 //	  H    x nH    src I*D          dst I*T*D*Ld     loop
+//	  T    x T     src I*D*Hs       dst I*D*Ld       loop
+//	  L    x nL    src I*T*D*Hs     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
@@ -2950,6 +3157,7 @@ func copy_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
@@ -2959,12 +3167,12 @@ func copy_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * T * D * Hs
-			ds1 := I * D
+			ss1 := I * D
+			ds1 := I * T * D * Ld
 			ss2 := I * D * Hs
 			ds2 := I * D * Ld
-			ss3 := I * D
-			ds3 := I * T * D * Ld
+			ss3 := I * T * D * Hs
+			ds3 := I * D
 			run := I * D
 			sf, df := 0, 0
 			var sc int
@@ -2983,53 +3191,91 @@ func copy_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				if nH == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				if consecutive && ss2 == nL*ss3 && ds2 == nL*ds3 {
+					if cnt := T * nL; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if cnt := nH; cnt > 0 {
-							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
-							if cnt == 1 || ss3 == run && ds3 == run {
+					if consecutive && nL == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if consecutive {
+								if cnt := nL; cnt > 0 {
+									s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+									if cnt == 1 || ss3 == run && ds3 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									}
+								}
+							} else {
+								for i3 := 0; i3 < nL; i3++ {
+									lp := p.Layers[i3]
+									s4 := s3 + int(lp.Src)*ss3
+									d4 := d3 + int(lp.Dst)*ds3
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += run
+										continue
+									}
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
 							}
 						}
 					}
@@ -3178,13 +3424,13 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 
 // copy_LPHD_to_page_first moves part LPHD to pool page_first.
 //
-//	pair LPHD -> page_first: part(C L T H D) -> pool(C S T L H D), loops follow the src
+//	pair LPHD -> page_first: part(C L T H D) -> pool(C S T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
-//	  L    x nL    src I*T*D*Hs     dst I*D*Hd       loop
 //	  T    x T     src I*D*Hs       dst I*D*Ld*Hd    loop
+//	  L    x nL    src I*T*D*Hs     dst I*D*Hd       loop
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
@@ -3211,10 +3457,10 @@ func copy_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * T * D * Hs
-			ds1 := I * D * Hd
-			ss2 := I * D * Hs
-			ds2 := I * D * Ld * Hd
+			ss1 := I * D * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * T * D * Hs
+			ds2 := I * D * Hd
 			run := I * D * nH
 			sf, df := p.SrcHead*I*D, p.DstHead*I*D
 			var sc int
@@ -3233,50 +3479,88 @@ func copy_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && T == 1 {
-				if cnt := nL; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == nL*ss2 && ds1 == nL*ds2 {
+				if cnt := T * nL; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < nL; i1++ {
-					lp := p.Layers[i1]
-					s2 := sf + sc + int(lp.Src)*ss1
-					d2 := df + dc + int(lp.Dst)*ds1
+				if consecutive && nL == 1 {
 					if cnt := T; cnt > 0 {
-						s3, d3 := s2, d2
-						if cnt == 1 || ss2 == run && ds2 == run {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss1 == run && ds1 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < T; i1++ {
+						s2 := sf + sc + i1*ss1
+						d2 := df + dc + i1*ds1
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+								if cnt == 1 || ss2 == run && ds2 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								}
+							}
+						} else {
+							for i2 := 0; i2 < nL; i2++ {
+								lp := p.Layers[i2]
+								s3 := s2 + int(lp.Src)*ss2
+								d3 := d2 + int(lp.Dst)*ds2
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
 						}
 					}
 				}
@@ -3435,7 +3719,7 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 
 // copy_LPHD_to_page_first_direct moves part LPHD to pool page_first_direct.
 //
-//	pair LPHD -> page_first_direct: part(C L T H D) -> pool(C S L T H D), loops follow the src
+//	pair LPHD -> page_first_direct: part(C L T H D) -> pool(C S L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Ld*Hd
@@ -3501,50 +3785,73 @@ func copy_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && n2 == 1 {
-				if cnt := n1; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == n2*ss2 && ds1 == n2*ds2 {
+				if cnt := n1 * n2; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < n1; i1++ {
-					lp := p.Layers[i1]
-					s2 := sf + sc + int(lp.Src)*ss1
-					d2 := df + dc + int(lp.Dst)*ds1
-					if cnt := n2; cnt > 0 {
-						s3, d3 := s2, d2
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && n2 == 1 {
+					if cnt := n1; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+						if cnt == 1 || ss1 == run && ds1 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < n1; i1++ {
+						lp := p.Layers[i1]
+						s2 := sf + sc + int(lp.Src)*ss1
+						d2 := df + dc + int(lp.Dst)*ds1
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2, d2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
 						}
 					}
 				}
@@ -3698,7 +4005,7 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 
 // copy_LPHD_to_layer_first moves part LPHD to pool layer_first.
 //
-//	pair LPHD -> layer_first: part(C L T H D) -> pool(C L S T H D), loops follow the src
+//	pair LPHD -> layer_first: part(C L T H D) -> pool(C L S T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Hd
@@ -3759,50 +4066,73 @@ func copy_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && n2 == 1 {
-				if cnt := nL; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == n2*ss2 && ds1 == n2*ds2 {
+				if cnt := nL * n2; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < nL; i1++ {
-					lp := p.Layers[i1]
-					s2 := sf + sc + int(lp.Src)*ss1
-					d2 := df + dc + int(lp.Dst)*ds1
-					if cnt := n2; cnt > 0 {
-						s3, d3 := s2, d2
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && n2 == 1 {
+					if cnt := nL; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+						if cnt == 1 || ss1 == run && ds1 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < nL; i1++ {
+						lp := p.Layers[i1]
+						s2 := sf + sc + int(lp.Src)*ss1
+						d2 := df + dc + int(lp.Dst)*ds1
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2, d2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
 						}
 					}
 				}
@@ -3955,14 +4285,14 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 
 // copy_LPHD_to_page_head moves part LPHD to pool page_head.
 //
-//	pair LPHD -> page_head: part(C L T H D) -> pool(C S H T L D), loops follow the src
+//	pair LPHD -> page_head: part(C L T H D) -> pool(C S H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
-//	  L    x nL    src I*T*D*Hs     dst I*D          loop
-//	  T    x T     src I*D*Hs       dst I*D*Ld       loop
 //	  H    x nH    src I*D          dst I*T*D*Ld     loop
+//	  T    x T     src I*D*Hs       dst I*D*Ld       loop
+//	  L    x nL    src I*T*D*Hs     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
@@ -3978,6 +4308,7 @@ func copy_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
@@ -3987,12 +4318,12 @@ func copy_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * T * D * Hs
-			ds1 := I * D
+			ss1 := I * D
+			ds1 := I * T * D * Ld
 			ss2 := I * D * Hs
 			ds2 := I * D * Ld
-			ss3 := I * D
-			ds3 := I * T * D * Ld
+			ss3 := I * T * D * Hs
+			ds3 := I * D
 			run := I * D
 			sf, df := 0, 0
 			var sc int
@@ -4011,53 +4342,91 @@ func copy_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				if nH == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				if consecutive && ss2 == nL*ss3 && ds2 == nL*ds3 {
+					if cnt := T * nL; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if cnt := nH; cnt > 0 {
-							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
-							if cnt == 1 || ss3 == run && ds3 == run {
+					if consecutive && nL == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if consecutive {
+								if cnt := nL; cnt > 0 {
+									s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+									if cnt == 1 || ss3 == run && ds3 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									}
+								}
+							} else {
+								for i3 := 0; i3 < nL; i3++ {
+									lp := p.Layers[i3]
+									s4 := s3 + int(lp.Src)*ss3
+									d4 := d3 + int(lp.Dst)*ds3
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += run
+										continue
+									}
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
 							}
 						}
 					}
@@ -4227,13 +4596,13 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 
 // copy_HPLD_to_PLHD moves part HPLD to part PLHD.
 //
-//	pair HPLD -> PLHD: part(C H T L D) -> part(C T L H D), loops follow the src
+//	pair HPLD -> PLHD: part(C H T L D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
-//	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  T    x T     src I*D*Ls       dst I*D*Ld*Hd    loop
 //	  L    x nL    src I*D          dst I*D*Hd       loop
+//	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
@@ -4258,12 +4627,12 @@ func copy_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * T * D * Ls
-			ds1 := I * D
-			ss2 := I * D * Ls
-			ds2 := I * D * Ld * Hd
-			ss3 := I * D
-			ds3 := I * D * Hd
+			ss1 := I * D * Ls
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D
+			ds2 := I * D * Hd
+			ss3 := I * T * D * Ls
+			ds3 := I * D
 			run := I * D
 			sf, df := 0, 0
 			var sc int
@@ -4282,37 +4651,59 @@ func copy_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nH; i1++ {
-				s2 := sf + sc + (p.SrcHead+i1)*ss1
-				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && nL == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+			for i1 := 0; i1 < T; i1++ {
+				s2 := sf + sc + i1*ss1
+				d2 := df + dc + i1*ds1
+				if consecutive && ss2 == nH*ss3 && ds2 == nH*ds3 {
+					if cnt := nL * nH; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss2+p.SrcHead*ss3, d2+int(p.Layers[0].Dst)*ds2+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := nL; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+					if consecutive && nH == 1 {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if cnt := nH; cnt > 0 {
+								s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
 								if cnt == 1 || ss3 == run && ds3 == run {
 									n := cnt * run
 									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
@@ -4330,20 +4721,6 @@ func copy_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 									pl = 0
 									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 								}
-							}
-						} else {
-							for i3 := 0; i3 < nL; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
-								if pl > 0 {
-									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 							}
 						}
 					}
@@ -4513,13 +4890,13 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 
 // copy_HPLD_to_LPHD moves part HPLD to part LPHD.
 //
-//	pair HPLD -> LPHD: part(C H T L D) -> part(C L T H D), loops follow the src
+//	pair HPLD -> LPHD: part(C H T L D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
-//	  H    x nH    src I*T*D*Ls     dst I*D          loop
-//	  T    x T     src I*D*Ls       dst I*D*Hd       loop
 //	  L    x nL    src I*D          dst I*T*D*Hd     loop
+//	  T    x T     src I*D*Ls       dst I*D*Hd       loop
+//	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
@@ -4534,7 +4911,6 @@ func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	Hd := p.Dst.Heads
 	nL := len(p.Layers)
 	nH := p.Heads
-	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
@@ -4544,12 +4920,12 @@ func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * T * D * Ls
-			ds1 := I * D
+			ss1 := I * D
+			ds1 := I * T * D * Hd
 			ss2 := I * D * Ls
 			ds2 := I * D * Hd
-			ss3 := I * D
-			ds3 := I * T * D * Hd
+			ss3 := I * T * D * Ls
+			ds3 := I * D
 			run := I * D
 			sf, df := 0, 0
 			var sc int
@@ -4568,37 +4944,59 @@ func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nH; i1++ {
-				s2 := sf + sc + (p.SrcHead+i1)*ss1
-				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && nL == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				if ss2 == nH*ss3 && ds2 == nH*ds3 {
+					if cnt := T * nH; cnt > 0 {
+						s4, d4 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := nL; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+					if nH == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if cnt := nH; cnt > 0 {
+								s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
 								if cnt == 1 || ss3 == run && ds3 == run {
 									n := cnt * run
 									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
@@ -4616,20 +5014,6 @@ func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 									pl = 0
 									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 								}
-							}
-						} else {
-							for i3 := 0; i3 < nL; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
-								if pl > 0 {
-									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 							}
 						}
 					}
@@ -4815,7 +5199,7 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 
 // copy_HPLD_to_HPLD moves part HPLD to part HPLD.
 //
-//	pair HPLD -> HPLD: part(C H T L D) -> part(C H T L D), loops follow the src
+//	pair HPLD -> HPLD: part(C H T L D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
@@ -4889,65 +5273,88 @@ func copy_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < n1; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && n3 == 1 {
-					if cnt := n2; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && ss2 == n3*ss3 && ds2 == n3*ds3 {
+					if cnt := n2 * n3; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < n2; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := n3; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
-								if cnt == 1 || ss3 == run && ds3 == run {
-									n := cnt * run
-									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-										pl += n
-									} else {
-										if pl > 0 {
-											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-										}
-										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
-									}
+					if consecutive && n3 == 1 {
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									pl = 0
-									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
-							}
-						} else {
-							for i3 := 0; i3 < n3; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
+							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < n2; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if consecutive {
+								if cnt := n3; cnt > 0 {
+									s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+									if cnt == 1 || ss3 == run && ds3 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									}
+								}
+							} else {
+								for i3 := 0; i3 < n3; i3++ {
+									lp := p.Layers[i3]
+									s4 := s3 + int(lp.Src)*ss3
+									d4 := d3 + int(lp.Dst)*ds3
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += run
+										continue
+									}
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
 							}
 						}
 					}
@@ -5119,14 +5526,14 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 
 // copy_HPLD_to_page_first moves part HPLD to pool page_first.
 //
-//	pair HPLD -> page_first: part(C H T L D) -> pool(C S T L H D), loops follow the src
+//	pair HPLD -> page_first: part(C H T L D) -> pool(C S T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
-//	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  T    x T     src I*D*Ls       dst I*D*Ld*Hd    loop
 //	  L    x nL    src I*D          dst I*D*Hd       loop
+//	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
@@ -5152,12 +5559,12 @@ func copy_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * T * D * Ls
-			ds1 := I * D
-			ss2 := I * D * Ls
-			ds2 := I * D * Ld * Hd
-			ss3 := I * D
-			ds3 := I * D * Hd
+			ss1 := I * D * Ls
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D
+			ds2 := I * D * Hd
+			ss3 := I * T * D * Ls
+			ds3 := I * D
 			run := I * D
 			sf, df := 0, 0
 			var sc int
@@ -5176,37 +5583,59 @@ func copy_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nH; i1++ {
-				s2 := sf + sc + (p.SrcHead+i1)*ss1
-				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && nL == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+			for i1 := 0; i1 < T; i1++ {
+				s2 := sf + sc + i1*ss1
+				d2 := df + dc + i1*ds1
+				if consecutive && ss2 == nH*ss3 && ds2 == nH*ds3 {
+					if cnt := nL * nH; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss2+p.SrcHead*ss3, d2+int(p.Layers[0].Dst)*ds2+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := nL; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+					if consecutive && nH == 1 {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if cnt := nH; cnt > 0 {
+								s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
 								if cnt == 1 || ss3 == run && ds3 == run {
 									n := cnt * run
 									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
@@ -5224,20 +5653,6 @@ func copy_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 									pl = 0
 									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 								}
-							}
-						} else {
-							for i3 := 0; i3 < nL; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
-								if pl > 0 {
-									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 							}
 						}
 					}
@@ -5409,14 +5824,14 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 
 // copy_HPLD_to_page_first_direct moves part HPLD to pool page_first_direct.
 //
-//	pair HPLD -> page_first_direct: part(C H T L D) -> pool(C S L T H D), loops follow the src
+//	pair HPLD -> page_first_direct: part(C H T L D) -> pool(C S L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
-//	  H    x nH    src I*T*D*Ls     dst I*D          loop
-//	  T    x T     src I*D*Ls       dst I*D*Hd       loop
 //	  L    x nL    src I*D          dst I*T*D*Hd     loop
+//	  T    x T     src I*D*Ls       dst I*D*Hd       loop
+//	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
@@ -5432,7 +5847,6 @@ func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
-	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
@@ -5442,12 +5856,12 @@ func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * T * D * Ls
-			ds1 := I * D
+			ss1 := I * D
+			ds1 := I * T * D * Hd
 			ss2 := I * D * Ls
 			ds2 := I * D * Hd
-			ss3 := I * D
-			ds3 := I * T * D * Hd
+			ss3 := I * T * D * Ls
+			ds3 := I * D
 			run := I * D
 			sf, df := 0, 0
 			var sc int
@@ -5466,37 +5880,59 @@ func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nH; i1++ {
-				s2 := sf + sc + (p.SrcHead+i1)*ss1
-				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && nL == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				if ss2 == nH*ss3 && ds2 == nH*ds3 {
+					if cnt := T * nH; cnt > 0 {
+						s4, d4 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := nL; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+					if nH == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if cnt := nH; cnt > 0 {
+								s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
 								if cnt == 1 || ss3 == run && ds3 == run {
 									n := cnt * run
 									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
@@ -5514,20 +5950,6 @@ func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 									pl = 0
 									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 								}
-							}
-						} else {
-							for i3 := 0; i3 < nL; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
-								if pl > 0 {
-									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 							}
 						}
 					}
@@ -5699,14 +6121,14 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 
 // copy_HPLD_to_layer_first moves part HPLD to pool layer_first.
 //
-//	pair HPLD -> layer_first: part(C H T L D) -> pool(C L S T H D), loops follow the src
+//	pair HPLD -> layer_first: part(C H T L D) -> pool(C L S T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Hd
 //	  C    x NC    src block        dst block        loop
-//	  H    x nH    src I*T*D*Ls     dst I*D          loop
-//	  T    x T     src I*D*Ls       dst I*D*Hd       loop
 //	  L    x nL    src I*D          dst I*T*D*Hd*Sd  loop
+//	  T    x T     src I*D*Ls       dst I*D*Hd       loop
+//	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
@@ -5722,7 +6144,6 @@ func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	Sd := p.Dst.Slots
 	nL := len(p.Layers)
 	nH := p.Heads
-	consecutive := kernel.ConsecutiveLayers(p.Layers)
 	var (
 		ps, pd, pl int
 		psr, pdr   int32
@@ -5732,12 +6153,12 @@ func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 		sBase := 0
 		dBase := 0
 		for c, D := range p.Dims {
-			ss1 := I * T * D * Ls
-			ds1 := I * D
+			ss1 := I * D
+			ds1 := I * T * D * Hd * Sd
 			ss2 := I * D * Ls
 			ds2 := I * D * Hd
-			ss3 := I * D
-			ds3 := I * T * D * Hd * Sd
+			ss3 := I * T * D * Ls
+			ds3 := I * D
 			run := I * D
 			sf, df := 0, 0
 			var sc int
@@ -5756,37 +6177,59 @@ func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			for i1 := 0; i1 < nH; i1++ {
-				s2 := sf + sc + (p.SrcHead+i1)*ss1
-				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && nL == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				if ss2 == nH*ss3 && ds2 == nH*ds3 {
+					if cnt := T * nH; cnt > 0 {
+						s4, d4 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := nL; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+					if nH == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if cnt := nH; cnt > 0 {
+								s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
 								if cnt == 1 || ss3 == run && ds3 == run {
 									n := cnt * run
 									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
@@ -5804,20 +6247,6 @@ func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 									pl = 0
 									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 								}
-							}
-						} else {
-							for i3 := 0; i3 < nL; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
-								if pl > 0 {
-									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 							}
 						}
 					}
@@ -6005,7 +6434,7 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 
 // copy_HPLD_to_page_head moves part HPLD to pool page_head.
 //
-//	pair HPLD -> page_head: part(C H T L D) -> pool(C S H T L D), loops follow the src
+//	pair HPLD -> page_head: part(C H T L D) -> pool(C S H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd*Sd
 //	  dst S stride: I*T*D*Ld*Hd
@@ -6081,65 +6510,88 @@ func copy_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < n1; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && n3 == 1 {
-					if cnt := n2; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && ss2 == n3*ss3 && ds2 == n3*ds3 {
+					if cnt := n2 * n3; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < n2; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := n3; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
-								if cnt == 1 || ss3 == run && ds3 == run {
-									n := cnt * run
-									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-										pl += n
-									} else {
-										if pl > 0 {
-											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-										}
-										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
-									}
+					if consecutive && n3 == 1 {
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									pl = 0
-									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
-							}
-						} else {
-							for i3 := 0; i3 < n3; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
+							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < n2; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if consecutive {
+								if cnt := n3; cnt > 0 {
+									s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+									if cnt == 1 || ss3 == run && ds3 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									}
+								}
+							} else {
+								for i3 := 0; i3 < n3; i3++ {
+									lp := p.Layers[i3]
+									s4 := s3 + int(lp.Src)*ss3
+									d4 := d3 + int(lp.Dst)*ds3
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += run
+										continue
+									}
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
 							}
 						}
 					}
@@ -6384,65 +6836,88 @@ func copy_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && n2 == 1 {
-				if cnt := n1; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == n2*ss2 && ds1 == n2*ds2 {
+				if cnt := n1 * n2; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < n1; i1++ {
-					s2 := sf + sc + i1*ss1
-					d2 := df + dc + i1*ds1
-					if consecutive {
-						if cnt := n2; cnt > 0 {
-							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
-							if cnt == 1 || ss2 == run && ds2 == run {
-								n := cnt * run
-								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-									pl += n
-								} else {
-									if pl > 0 {
-										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-									}
-									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
-								}
+				if consecutive && n2 == 1 {
+					if cnt := n1; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss1 == run && ds1 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								pl = 0
-								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
-						}
-					} else {
-						for i2 := 0; i2 < n2; i2++ {
-							lp := p.Layers[i2]
-							s3 := s2 + int(lp.Src)*ss2
-							d3 := d2 + int(lp.Dst)*ds2
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-								pl += run
-								continue
-							}
+						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							pl = 0
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < n1; i1++ {
+						s2 := sf + sc + i1*ss1
+						d2 := df + dc + i1*ds1
+						if consecutive {
+							if cnt := n2; cnt > 0 {
+								s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+								if cnt == 1 || ss2 == run && ds2 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								}
+							}
+						} else {
+							for i2 := 0; i2 < n2; i2++ {
+								lp := p.Layers[i2]
+								s3 := s2 + int(lp.Src)*ss2
+								d3 := d2 + int(lp.Dst)*ds2
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
 						}
 					}
 				}
@@ -6645,50 +7120,73 @@ func copy_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && T == 1 {
-				if cnt := nL; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == T*ss2 && ds1 == T*ds2 {
+				if cnt := nL * T; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < nL; i1++ {
-					lp := p.Layers[i1]
-					s2 := sf + sc + int(lp.Src)*ss1
-					d2 := df + dc + int(lp.Dst)*ds1
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2, d2
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && T == 1 {
+					if cnt := nL; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+						if cnt == 1 || ss1 == run && ds1 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < nL; i1++ {
+						lp := p.Layers[i1]
+						s2 := sf + sc + int(lp.Src)*ss1
+						d2 := df + dc + int(lp.Dst)*ds1
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2, d2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
 						}
 					}
 				}
@@ -6919,65 +7417,88 @@ func copy_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && nL == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && ss2 == nL*ss3 && ds2 == nL*ds3 {
+					if cnt := T * nL; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := nL; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
-								if cnt == 1 || ss3 == run && ds3 == run {
-									n := cnt * run
-									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-										pl += n
-									} else {
-										if pl > 0 {
-											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-										}
-										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
-									}
+					if consecutive && nL == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									pl = 0
-									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
-							}
-						} else {
-							for i3 := 0; i3 < nL; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
+							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if consecutive {
+								if cnt := nL; cnt > 0 {
+									s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+									if cnt == 1 || ss3 == run && ds3 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									}
+								}
+							} else {
+								for i3 := 0; i3 < nL; i3++ {
+									lp := p.Layers[i3]
+									s4 := s3 + int(lp.Src)*ss3
+									d4 := d3 + int(lp.Dst)*ds3
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += run
+										continue
+									}
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
 							}
 						}
 					}
@@ -7198,65 +7719,88 @@ func copy_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && nL == 1 {
-				if cnt := T; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == nL*ss2 && ds1 == nL*ds2 {
+				if cnt := T * nL; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < T; i1++ {
-					s2 := sf + sc + i1*ss1
-					d2 := df + dc + i1*ds1
-					if consecutive {
-						if cnt := nL; cnt > 0 {
-							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
-							if cnt == 1 || ss2 == run && ds2 == run {
-								n := cnt * run
-								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-									pl += n
-								} else {
-									if pl > 0 {
-										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-									}
-									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
-								}
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss1 == run && ds1 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								pl = 0
-								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
-						}
-					} else {
-						for i2 := 0; i2 < nL; i2++ {
-							lp := p.Layers[i2]
-							s3 := s2 + int(lp.Src)*ss2
-							d3 := d2 + int(lp.Dst)*ds2
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-								pl += run
-								continue
-							}
+						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							pl = 0
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < T; i1++ {
+						s2 := sf + sc + i1*ss1
+						d2 := df + dc + i1*ds1
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+								if cnt == 1 || ss2 == run && ds2 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								}
+							}
+						} else {
+							for i2 := 0; i2 < nL; i2++ {
+								lp := p.Layers[i2]
+								s3 := s2 + int(lp.Src)*ss2
+								d3 := d2 + int(lp.Dst)*ds2
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
 						}
 					}
 				}
@@ -7481,50 +8025,73 @@ func copy_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && n2 == 1 {
-				if cnt := n1; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == n2*ss2 && ds1 == n2*ds2 {
+				if cnt := n1 * n2; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < n1; i1++ {
-					lp := p.Layers[i1]
-					s2 := sf + sc + int(lp.Src)*ss1
-					d2 := df + dc + int(lp.Dst)*ds1
-					if cnt := n2; cnt > 0 {
-						s3, d3 := s2, d2
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && n2 == 1 {
+					if cnt := n1; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+						if cnt == 1 || ss1 == run && ds1 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < n1; i1++ {
+						lp := p.Layers[i1]
+						s2 := sf + sc + int(lp.Src)*ss1
+						d2 := df + dc + int(lp.Dst)*ds1
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2, d2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
 						}
 					}
 				}
@@ -7755,65 +8322,88 @@ func copy_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && nL == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && ss2 == nL*ss3 && ds2 == nL*ds3 {
+					if cnt := T * nL; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := nL; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
-								if cnt == 1 || ss3 == run && ds3 == run {
-									n := cnt * run
-									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-										pl += n
-									} else {
-										if pl > 0 {
-											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-										}
-										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
-									}
+					if consecutive && nL == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									pl = 0
-									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
-							}
-						} else {
-							for i3 := 0; i3 < nL; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
+							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if consecutive {
+								if cnt := nL; cnt > 0 {
+									s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+									if cnt == 1 || ss3 == run && ds3 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									}
+								}
+							} else {
+								for i3 := 0; i3 < nL; i3++ {
+									lp := p.Layers[i3]
+									s4 := s3 + int(lp.Src)*ss3
+									d4 := d3 + int(lp.Dst)*ds3
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += run
+										continue
+									}
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
 							}
 						}
 					}
@@ -8034,65 +8624,88 @@ func copy_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && nL == 1 {
-				if cnt := T; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == nL*ss2 && ds1 == nL*ds2 {
+				if cnt := T * nL; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < T; i1++ {
-					s2 := sf + sc + i1*ss1
-					d2 := df + dc + i1*ds1
-					if consecutive {
-						if cnt := nL; cnt > 0 {
-							s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
-							if cnt == 1 || ss2 == run && ds2 == run {
-								n := cnt * run
-								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-									pl += n
-								} else {
-									if pl > 0 {
-										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-									}
-									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
-								}
+				if consecutive && nL == 1 {
+					if cnt := T; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss2, df+dc+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss1 == run && ds1 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								pl = 0
-								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
-						}
-					} else {
-						for i2 := 0; i2 < nL; i2++ {
-							lp := p.Layers[i2]
-							s3 := s2 + int(lp.Src)*ss2
-							d3 := d2 + int(lp.Dst)*ds2
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
-								pl += run
-								continue
-							}
+						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							pl = 0
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < T; i1++ {
+						s2 := sf + sc + i1*ss1
+						d2 := df + dc + i1*ds1
+						if consecutive {
+							if cnt := nL; cnt > 0 {
+								s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+								if cnt == 1 || ss2 == run && ds2 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+								}
+							}
+						} else {
+							for i2 := 0; i2 < nL; i2++ {
+								lp := p.Layers[i2]
+								s3 := s2 + int(lp.Src)*ss2
+								d3 := d2 + int(lp.Dst)*ds2
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+							}
 						}
 					}
 				}
@@ -8307,50 +8920,73 @@ func copy_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 			} else {
 				dReg = int32(c)
 			}
-			if consecutive && n2 == 1 {
-				if cnt := nL; cnt > 0 {
-					s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
-					if cnt == 1 || ss1 == run && ds1 == run {
+			if consecutive && ss1 == n2*ss2 && ds1 == n2*ds2 {
+				if cnt := nL * n2; cnt > 0 {
+					s3, d3 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+					if cnt == 1 || ss2 == run && ds2 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
 					}
 				}
 			} else {
-				for i1 := 0; i1 < nL; i1++ {
-					lp := p.Layers[i1]
-					s2 := sf + sc + int(lp.Src)*ss1
-					d2 := df + dc + int(lp.Dst)*ds1
-					if cnt := n2; cnt > 0 {
-						s3, d3 := s2, d2
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && n2 == 1 {
+					if cnt := nL; cnt > 0 {
+						s2, d2 := sf+sc+int(p.Layers[0].Src)*ss1, df+dc+int(p.Layers[0].Dst)*ds1
+						if cnt == 1 || ss1 == run && ds1 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s2 && pd+pl == d2 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s2, d2, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d2:], ds1, src[sReg][s2:], ss1, run, cnt)
+						}
+					}
+				} else {
+					for i1 := 0; i1 < nL; i1++ {
+						lp := p.Layers[i1]
+						s2 := sf + sc + int(lp.Src)*ss1
+						d2 := df + dc + int(lp.Dst)*ds1
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2, d2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
 						}
 					}
 				}
@@ -8581,65 +9217,88 @@ func copy_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < nH; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && nL == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && ss2 == nL*ss3 && ds2 == nL*ds3 {
+					if cnt := T * nL; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := nL; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
-								if cnt == 1 || ss3 == run && ds3 == run {
-									n := cnt * run
-									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-										pl += n
-									} else {
-										if pl > 0 {
-											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-										}
-										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
-									}
+					if consecutive && nL == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									pl = 0
-									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
-							}
-						} else {
-							for i3 := 0; i3 < nL; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
+							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if consecutive {
+								if cnt := nL; cnt > 0 {
+									s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+									if cnt == 1 || ss3 == run && ds3 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									}
+								}
+							} else {
+								for i3 := 0; i3 < nL; i3++ {
+									lp := p.Layers[i3]
+									s4 := s3 + int(lp.Src)*ss3
+									d4 := d3 + int(lp.Dst)*ds3
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += run
+										continue
+									}
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
 							}
 						}
 					}
@@ -8854,50 +9513,73 @@ func copy_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < T; i1++ {
 				s2 := sf + sc + i1*ss1
 				d2 := df + dc + i1*ds1
-				if consecutive && nH == 1 {
-					if cnt := nL; cnt > 0 {
-						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && ss2 == nH*ss3 && ds2 == nH*ds3 {
+					if cnt := nL * nH; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss2+p.SrcHead*ss3, d2+int(p.Layers[0].Dst)*ds2+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < nL; i2++ {
-						lp := p.Layers[i2]
-						s3 := s2 + int(lp.Src)*ss2
-						d3 := d2 + int(lp.Dst)*ds2
-						if cnt := nH; cnt > 0 {
-							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
-							if cnt == 1 || ss3 == run && ds3 == run {
+					if consecutive && nH == 1 {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if cnt := nH; cnt > 0 {
+								s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
 							}
 						}
 					}
@@ -9111,49 +9793,72 @@ func copy_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 				lp := p.Layers[i1]
 				s2 := sf + sc + int(lp.Src)*ss1
 				d2 := df + dc + int(lp.Dst)*ds1
-				if nH == 1 {
-					if cnt := T; cnt > 0 {
-						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if ss2 == nH*ss3 && ds2 == nH*ds3 {
+					if cnt := T * nH; cnt > 0 {
+						s4, d4 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < T; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if cnt := nH; cnt > 0 {
-							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
-							if cnt == 1 || ss3 == run && ds3 == run {
+					if nH == 1 {
+						if cnt := T; cnt > 0 {
+							s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < T; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if cnt := nH; cnt > 0 {
+								s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
 							}
 						}
 					}
@@ -9417,65 +10122,88 @@ func copy_page_head_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 			for i1 := 0; i1 < n1; i1++ {
 				s2 := sf + sc + (p.SrcHead+i1)*ss1
 				d2 := df + dc + (p.DstHead+i1)*ds1
-				if consecutive && n3 == 1 {
-					if cnt := n2; cnt > 0 {
-						s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
-						if cnt == 1 || ss2 == run && ds2 == run {
+				if consecutive && ss2 == n3*ss3 && ds2 == n3*ds3 {
+					if cnt := n2 * n3; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
 						}
 					}
 				} else {
-					for i2 := 0; i2 < n2; i2++ {
-						s3 := s2 + i2*ss2
-						d3 := d2 + i2*ds2
-						if consecutive {
-							if cnt := n3; cnt > 0 {
-								s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
-								if cnt == 1 || ss3 == run && ds3 == run {
-									n := cnt * run
-									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-										pl += n
-									} else {
-										if pl > 0 {
-											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-										}
-										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
-									}
+					if consecutive && n3 == 1 {
+						if cnt := n2; cnt > 0 {
+							s3, d3 := s2+int(p.Layers[0].Src)*ss3, d2+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									pl = 0
-									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
 								}
-							}
-						} else {
-							for i3 := 0; i3 < n3; i3++ {
-								lp := p.Layers[i3]
-								s4 := s3 + int(lp.Src)*ss3
-								d4 := d3 + int(lp.Dst)*ds3
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
-									pl += run
-									continue
-								}
+							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < n2; i2++ {
+							s3 := s2 + i2*ss2
+							d3 := d2 + i2*ds2
+							if consecutive {
+								if cnt := n3; cnt > 0 {
+									s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+									if cnt == 1 || ss3 == run && ds3 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+									}
+								}
+							} else {
+								for i3 := 0; i3 < n3; i3++ {
+									lp := p.Layers[i3]
+									s4 := s3 + int(lp.Src)*ss3
+									d4 := d3 + int(lp.Dst)*ds3
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += run
+										continue
+									}
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+								}
 							}
 						}
 					}

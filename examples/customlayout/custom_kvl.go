@@ -265,7 +265,7 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 
 // copy_vllm_flash_to_vllm_flash moves part vllm_flash to part vllm_flash.
 //
-//	pair vllm_flash -> vllm_flash: part(L C T H D) -> part(L C T H D), loops follow the src
+//	pair vllm_flash -> vllm_flash: part(L C T H D) -> part(L C T H D), loops follow the dst
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  fold if nH==Hs==Hd && layers consecutive
 //	  C    x NC    src I*T*D*Hs     dst I*T*D*Hd     fold if nH==Hs==Hd
 //	  T    x T     src I*D*Hs       dst I*D*Hd       fold if nH==Hs==Hd
@@ -469,11 +469,11 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 
 // copy_vllm_flash_to_flashinfer_hnd moves part vllm_flash to part flashinfer_hnd.
 //
-//	pair vllm_flash -> flashinfer_hnd: part(L C T H D) -> part(L C H T D), loops follow the src
+//	pair vllm_flash -> flashinfer_hnd: part(L C T H D) -> part(L C H T D), loops follow the dst
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  loop
 //	  C    x NC    src I*T*D*Hs     dst I*T*D*Hd     loop
-//	  T    x T     src I*D*Hs       dst I*D          loop
 //	  H    x nH    src I*D          dst I*T*D        loop
+//	  T    x T     src I*D*Hs       dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
@@ -497,10 +497,10 @@ func copy_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	ds0 := I * T * D * NC * Hd
 	ss1 := I * T * D * Hs
 	ds1 := I * T * D * Hd
-	ss2 := I * D * Hs
-	ds2 := I * D
-	ss3 := I * D
-	ds3 := I * T * D
+	ss2 := I * D
+	ds2 := I * T * D
+	ss3 := I * D * Hs
+	ds3 := I * D
 	run := I * D
 	s0, d0 := 0, 0
 	for i0 := 0; i0 < nL; i0++ {
@@ -510,49 +510,72 @@ func copy_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			if nH == 1 {
-				if cnt := T; cnt > 0 {
-					s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
-					if cnt == 1 || ss2 == run && ds2 == run {
+			if ss2 == T*ss3 && ds2 == T*ds3 {
+				if cnt := nH * T; cnt > 0 {
+					s4, d4 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
+					if cnt == 1 || ss3 == run && ds3 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
+						move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
 					}
 				}
 			} else {
-				for i2 := 0; i2 < T; i2++ {
-					s3 := s2 + i2*ss2
-					d3 := d2 + i2*ds2
+				if T == 1 {
 					if cnt := nH; cnt > 0 {
-						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
-						if cnt == 1 || ss3 == run && ds3 == run {
+						s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nH; i2++ {
+						s3 := s2 + (p.SrcHead+i2)*ss2
+						d3 := d2 + (p.DstHead+i2)*ds2
+						if cnt := T; cnt > 0 {
+							s4, d4 := s3, d3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							}
 						}
 					}
 				}
@@ -697,13 +720,13 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 
 // copy_vllm_flash_to_vllm_xblock moves part vllm_flash to part vllm_xblock.
 //
-//	pair vllm_flash -> vllm_xblock: part(L C T H D) -> part(C L H D/8 T D%8), loops follow the src
+//	pair vllm_flash -> vllm_xblock: part(L C T H D) -> part(C L H D/8 T D%8), loops follow the dst
 //	  dst C block: I*T*D*Ld*Hd
-//	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*Hd     loop
 //	  C    x NC    src I*T*D*Hs     dst block        loop
-//	  T    x T     src I*D*Hs       dst 8*I          loop
+//	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*Hd     loop
 //	  H    x nH    src I*D          dst I*T*D        loop
 //	  D/8  x D/8   src 8*I          dst 8*I*T        loop
+//	  T    x T     src I*D*Hs       dst 8*I          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
@@ -712,7 +735,6 @@ func copy_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	}
 	I := p.ItemSize
 	T := p.PageSize
-	D := p.Dims[0]
 	NC := len(p.Dims)
 	Ld := p.Dst.Layers
 	Hs := p.Src.Heads
@@ -724,74 +746,103 @@ func copy_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 		psr, pdr   int32
 	)
 	move := kernel.Mover(p)
-	ss0 := I * T * D * NC * Hs
-	ds0 := I * T * D * Hd
-	ss1 := I * T * D * Hs
-	ss2 := I * D * Hs
-	ds2 := 8 * I
-	ss3 := I * D
-	ds3 := I * T * D
-	ss4 := 8 * I
-	ds4 := 8 * I * T
-	run := 8 * I
-	s0, d0 := 0, 0
-	for i0 := 0; i0 < nL; i0++ {
-		lp := p.Layers[i0]
-		s1 := s0 + int(lp.Src)*ss0
-		d1 := d0 + int(lp.Dst)*ds0
-		for i1 := 0; i1 < NC; i1++ {
-			db, dr := i1*I*T*D*Ld*Hd, int32(0)
-			if !p.Dst.Packed {
-				db, dr = 0, int32(i1)
+	{
+		dBase := 0
+		for c, D := range p.Dims {
+			ss0 := I * T * D * Hs
+			ss1 := I * T * D * NC * Hs
+			ds1 := I * T * D * Hd
+			ss2 := I * D
+			ds2 := I * T * D
+			ss3 := 8 * I
+			ds3 := 8 * I * T
+			ss4 := I * D * Hs
+			ds4 := 8 * I
+			run := 8 * I
+			sf, df := 0, 0
+			sc := c * ss0
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * T * D * Ld * Hd
+			} else {
+				dReg = int32(c)
 			}
-			s2 := s1 + i1*ss1
-			d2 := d1 + db
-			for i2 := 0; i2 < T; i2++ {
-				s3 := s2 + i2*ss2
-				d3 := d2 + i2*ds2
-				if (D / 8) == 1 {
-					if cnt := nH; cnt > 0 {
-						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
-						if cnt == 1 || ss3 == run && ds3 == run {
-							n := cnt * run
-							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dr {
-								pl += n
-							} else {
-								if pl > 0 {
-									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-								}
-								ps, pd, psr, pdr, pl = s4, d4, 0, dr, n
-							}
-						} else {
-							if pl > 0 {
-								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-							}
-							pl = 0
-							move(dst[dr][d4:], ds3, src[0][s4:], ss3, run, cnt)
-						}
-					}
-				} else {
-					for i3 := 0; i3 < nH; i3++ {
-						s4 := s3 + (p.SrcHead+i3)*ss3
-						d4 := d3 + (p.DstHead+i3)*ds3
-						if cnt := (D / 8); cnt > 0 {
-							s5, d5 := s4, d4
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					if ss3 == T*ss4 && ds3 == T*ds4 {
+						if cnt := (D / 8) * T; cnt > 0 {
+							s5, d5 := s3, d3
 							if cnt == 1 || ss4 == run && ds4 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s5, d5, 0, dr, n
+									ps, pd, psr, pdr, pl = s5, d5, 0, dReg, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[dr][d5:], ds4, src[0][s5:], ss4, run, cnt)
+								move(dst[dReg][d5:], ds4, src[0][s5:], ss4, run, cnt)
+							}
+						}
+					} else {
+						if T == 1 {
+							if cnt := (D / 8); cnt > 0 {
+								s4, d4 := s3, d3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, 0, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[0][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < (D / 8); i3++ {
+								s4 := s3 + i3*ss3
+								d4 := d3 + i3*ds3
+								if cnt := T; cnt > 0 {
+									s5, d5 := s4, d4
+									if cnt == 1 || ss4 == run && ds4 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s5, d5, 0, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d5:], ds4, src[0][s5:], ss4, run, cnt)
+									}
+								}
 							}
 						}
 					}
@@ -898,7 +949,7 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 
 // copy_vllm_flash_to_vllm_host moves part vllm_flash to pool vllm_host.
 //
-//	pair vllm_flash -> vllm_host: part(L C T H D) -> pool(L C S T H D), loops follow the src
+//	pair vllm_flash -> vllm_host: part(L C T H D) -> pool(L C S T H D), loops follow the dst
 //	  dst S stride: I*T*D*Hd
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd*Sd loop
 //	  C    x NC    src I*T*D*Hs     dst I*T*D*Hd*Sd  loop
@@ -1093,11 +1144,11 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 
 // copy_flashinfer_hnd_to_vllm_flash moves part flashinfer_hnd to part vllm_flash.
 //
-//	pair flashinfer_hnd -> vllm_flash: part(L C H T D) -> part(L C T H D), loops follow the src
+//	pair flashinfer_hnd -> vllm_flash: part(L C H T D) -> part(L C T H D), loops follow the dst
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  loop
 //	  C    x NC    src I*T*D*Hs     dst I*T*D*Hd     loop
-//	  H    x nH    src I*T*D        dst I*D          loop
 //	  T    x T     src I*D          dst I*D*Hd       loop
+//	  H    x nH    src I*T*D        dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
@@ -1121,10 +1172,10 @@ func copy_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	ds0 := I * T * D * NC * Hd
 	ss1 := I * T * D * Hs
 	ds1 := I * T * D * Hd
-	ss2 := I * T * D
-	ds2 := I * D
-	ss3 := I * D
-	ds3 := I * D * Hd
+	ss2 := I * D
+	ds2 := I * D * Hd
+	ss3 := I * T * D
+	ds3 := I * D
 	run := I * D
 	s0, d0 := 0, 0
 	for i0 := 0; i0 < nL; i0++ {
@@ -1134,49 +1185,72 @@ func copy_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			if T == 1 {
-				if cnt := nH; cnt > 0 {
-					s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
-					if cnt == 1 || ss2 == run && ds2 == run {
+			if ss2 == nH*ss3 && ds2 == nH*ds3 {
+				if cnt := T * nH; cnt > 0 {
+					s4, d4 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+					if cnt == 1 || ss3 == run && ds3 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
+						move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
 					}
 				}
 			} else {
-				for i2 := 0; i2 < nH; i2++ {
-					s3 := s2 + (p.SrcHead+i2)*ss2
-					d3 := d2 + (p.DstHead+i2)*ds2
+				if nH == 1 {
 					if cnt := T; cnt > 0 {
-						s4, d4 := s3, d3
-						if cnt == 1 || ss3 == run && ds3 == run {
+						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							}
 						}
 					}
 				}
@@ -1268,7 +1342,7 @@ func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 
 // copy_flashinfer_hnd_to_flashinfer_hnd moves part flashinfer_hnd to part flashinfer_hnd.
 //
-//	pair flashinfer_hnd -> flashinfer_hnd: part(L C H T D) -> part(L C H T D), loops follow the src
+//	pair flashinfer_hnd -> flashinfer_hnd: part(L C H T D) -> part(L C H T D), loops follow the dst
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  fold if nH==Hs==Hd && layers consecutive
 //	  C    x NC    src I*T*D*Hs     dst I*T*D*Hd     fold if nH==Hs==Hd
 //	  H    x nH    src I*T*D        dst I*T*D        fold
@@ -1463,13 +1537,13 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 
 // copy_flashinfer_hnd_to_vllm_xblock moves part flashinfer_hnd to part vllm_xblock.
 //
-//	pair flashinfer_hnd -> vllm_xblock: part(L C H T D) -> part(C L H D/8 T D%8), loops follow the src
+//	pair flashinfer_hnd -> vllm_xblock: part(L C H T D) -> part(C L H D/8 T D%8), loops follow the dst
 //	  dst C block: I*T*D*Ld*Hd
-//	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*Hd     loop
 //	  C    x NC    src I*T*D*Hs     dst block        loop
+//	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*Hd     loop
 //	  H    x nH    src I*T*D        dst I*T*D        loop
-//	  T    x T     src I*D          dst 8*I          loop
 //	  D/8  x D/8   src 8*I          dst 8*I*T        loop
+//	  T    x T     src I*D          dst 8*I          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
@@ -1478,7 +1552,6 @@ func copy_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	}
 	I := p.ItemSize
 	T := p.PageSize
-	D := p.Dims[0]
 	NC := len(p.Dims)
 	Ld := p.Dst.Layers
 	Hs := p.Src.Heads
@@ -1490,74 +1563,103 @@ func copy_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 		psr, pdr   int32
 	)
 	move := kernel.Mover(p)
-	ss0 := I * T * D * NC * Hs
-	ds0 := I * T * D * Hd
-	ss1 := I * T * D * Hs
-	ss2 := I * T * D
-	ds2 := I * T * D
-	ss3 := I * D
-	ds3 := 8 * I
-	ss4 := 8 * I
-	ds4 := 8 * I * T
-	run := 8 * I
-	s0, d0 := 0, 0
-	for i0 := 0; i0 < nL; i0++ {
-		lp := p.Layers[i0]
-		s1 := s0 + int(lp.Src)*ss0
-		d1 := d0 + int(lp.Dst)*ds0
-		for i1 := 0; i1 < NC; i1++ {
-			db, dr := i1*I*T*D*Ld*Hd, int32(0)
-			if !p.Dst.Packed {
-				db, dr = 0, int32(i1)
+	{
+		dBase := 0
+		for c, D := range p.Dims {
+			ss0 := I * T * D * Hs
+			ss1 := I * T * D * NC * Hs
+			ds1 := I * T * D * Hd
+			ss2 := I * T * D
+			ds2 := I * T * D
+			ss3 := 8 * I
+			ds3 := 8 * I * T
+			ss4 := I * D
+			ds4 := 8 * I
+			run := 8 * I
+			sf, df := 0, 0
+			sc := c * ss0
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * T * D * Ld * Hd
+			} else {
+				dReg = int32(c)
 			}
-			s2 := s1 + i1*ss1
-			d2 := d1 + db
-			for i2 := 0; i2 < nH; i2++ {
-				s3 := s2 + (p.SrcHead+i2)*ss2
-				d3 := d2 + (p.DstHead+i2)*ds2
-				if (D / 8) == 1 {
-					if cnt := T; cnt > 0 {
-						s4, d4 := s3, d3
-						if cnt == 1 || ss3 == run && ds3 == run {
-							n := cnt * run
-							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dr {
-								pl += n
-							} else {
-								if pl > 0 {
-									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-								}
-								ps, pd, psr, pdr, pl = s4, d4, 0, dr, n
-							}
-						} else {
-							if pl > 0 {
-								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
-							}
-							pl = 0
-							move(dst[dr][d4:], ds3, src[0][s4:], ss3, run, cnt)
-						}
-					}
-				} else {
-					for i3 := 0; i3 < T; i3++ {
-						s4 := s3 + i3*ss3
-						d4 := d3 + i3*ds3
-						if cnt := (D / 8); cnt > 0 {
-							s5, d5 := s4, d4
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					if ss3 == T*ss4 && ds3 == T*ds4 {
+						if cnt := (D / 8) * T; cnt > 0 {
+							s5, d5 := s3, d3
 							if cnt == 1 || ss4 == run && ds4 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s5, d5, 0, dr, n
+									ps, pd, psr, pdr, pl = s5, d5, 0, dReg, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[dr][d5:], ds4, src[0][s5:], ss4, run, cnt)
+								move(dst[dReg][d5:], ds4, src[0][s5:], ss4, run, cnt)
+							}
+						}
+					} else {
+						if T == 1 {
+							if cnt := (D / 8); cnt > 0 {
+								s4, d4 := s3, d3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, 0, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[0][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < (D / 8); i3++ {
+								s4 := s3 + i3*ss3
+								d4 := d3 + i3*ds3
+								if cnt := T; cnt > 0 {
+									s5, d5 := s4, d4
+									if cnt == 1 || ss4 == run && ds4 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s5, d5, 0, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d5:], ds4, src[0][s5:], ss4, run, cnt)
+									}
+								}
 							}
 						}
 					}
@@ -1693,12 +1795,12 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 
 // copy_flashinfer_hnd_to_vllm_host moves part flashinfer_hnd to pool vllm_host.
 //
-//	pair flashinfer_hnd -> vllm_host: part(L C H T D) -> pool(L C S T H D), loops follow the src
+//	pair flashinfer_hnd -> vllm_host: part(L C H T D) -> pool(L C S T H D), loops follow the dst
 //	  dst S stride: I*T*D*Hd
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd*Sd loop
 //	  C    x NC    src I*T*D*Hs     dst I*T*D*Hd*Sd  loop
-//	  H    x nH    src I*T*D        dst I*D          loop
 //	  T    x T     src I*D          dst I*D*Hd       loop
+//	  H    x nH    src I*T*D        dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
@@ -1723,10 +1825,10 @@ func copy_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	ds0 := I * T * D * NC * Hd * Sd
 	ss1 := I * T * D * Hs
 	ds1 := I * T * D * Hd * Sd
-	ss2 := I * T * D
-	ds2 := I * D
-	ss3 := I * D
-	ds3 := I * D * Hd
+	ss2 := I * D
+	ds2 := I * D * Hd
+	ss3 := I * T * D
+	ds3 := I * D
 	run := I * D
 	s0, d0 := 0, 0
 	for i0 := 0; i0 < nL; i0++ {
@@ -1736,49 +1838,72 @@ func copy_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			if T == 1 {
-				if cnt := nH; cnt > 0 {
-					s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
-					if cnt == 1 || ss2 == run && ds2 == run {
+			if ss2 == nH*ss3 && ds2 == nH*ds3 {
+				if cnt := T * nH; cnt > 0 {
+					s4, d4 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+					if cnt == 1 || ss3 == run && ds3 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
+						move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
 					}
 				}
 			} else {
-				for i2 := 0; i2 < nH; i2++ {
-					s3 := s2 + (p.SrcHead+i2)*ss2
-					d3 := d2 + (p.DstHead+i2)*ds2
+				if nH == 1 {
 					if cnt := T; cnt > 0 {
-						s4, d4 := s3, d3
-						if cnt == 1 || ss3 == run && ds3 == run {
+						s3, d3 := s2+p.SrcHead*ss3, d2+p.DstHead*ds3
+						if cnt == 1 || ss2 == run && ds2 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < T; i2++ {
+						s3 := s2 + i2*ss2
+						d3 := d2 + i2*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							}
 						}
 					}
 				}
@@ -1928,13 +2053,13 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 
 // copy_vllm_xblock_to_vllm_flash moves part vllm_xblock to part vllm_flash.
 //
-//	pair vllm_xblock -> vllm_flash: part(C L H D/8 T D%8) -> part(L C T H D), loops follow the src
+//	pair vllm_xblock -> vllm_flash: part(C L H D/8 T D%8) -> part(L C T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
-//	  C    x NC    src block        dst I*T*D*Hd     loop
 //	  L    x nL    src I*T*D*Hs     dst I*T*D*NC*Hd  loop
+//	  C    x NC    src block        dst I*T*D*Hd     loop
+//	  T    x T     src 8*I          dst I*D*Hd       loop
 //	  H    x nH    src I*T*D        dst I*D          loop
 //	  D/8  x D/8   src 8*I*T        dst 8*I          loop
-//	  T    x T     src 8*I          dst I*D*Hd       loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
@@ -1943,6 +2068,7 @@ func copy_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	}
 	I := p.ItemSize
 	T := p.PageSize
+	D := p.Dims[0]
 	NC := len(p.Dims)
 	Ls := p.Src.Layers
 	Hs := p.Src.Heads
@@ -1954,79 +2080,96 @@ func copy_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 		psr, pdr   int32
 	)
 	move := kernel.Mover(p)
-	{
-		sBase := 0
-		for c, D := range p.Dims {
-			ds0 := I * T * D * Hd
-			ss1 := I * T * D * Hs
-			ds1 := I * T * D * NC * Hd
-			ss2 := I * T * D
-			ds2 := I * D
-			ss3 := 8 * I * T
-			ds3 := 8 * I
-			ss4 := 8 * I
-			ds4 := I * D * Hd
-			run := 8 * I
-			sf, df := 0, 0
-			var sc int
-			var sReg int32
-			if p.Src.Packed {
-				sc = sBase
-				sBase += I * T * D * Ls * Hs
-			} else {
-				sReg = int32(c)
+	ss0 := I * T * D * Hs
+	ds0 := I * T * D * NC * Hd
+	ds1 := I * T * D * Hd
+	ss2 := 8 * I
+	ds2 := I * D * Hd
+	ss3 := I * T * D
+	ds3 := I * D
+	ss4 := 8 * I * T
+	ds4 := 8 * I
+	run := 8 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			sb, sr := i1*I*T*D*Ls*Hs, int32(0)
+			if !p.Src.Packed {
+				sb, sr = 0, int32(i1)
 			}
-			dc := c * ds0
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < nH; i2++ {
-					s3 := s2 + (p.SrcHead+i2)*ss2
-					d3 := d2 + (p.DstHead+i2)*ds2
-					if T == 1 {
-						if cnt := (D / 8); cnt > 0 {
-							s4, d4 := s3, d3
+			s2 := s1 + sb
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < T; i2++ {
+				s3 := s2 + i2*ss2
+				d3 := d2 + i2*ds2
+				if ss3 == (D/8)*ss4 && ds3 == (D/8)*ds4 {
+					if cnt := nH * (D / 8); cnt > 0 {
+						s5, d5 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
+						}
+					}
+				} else {
+					if (D / 8) == 1 {
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
 							if cnt == 1 || ss3 == run && ds3 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == 0 {
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sr && pdr == 0 {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s4, d4, sReg, 0, n
+									ps, pd, psr, pdr, pl = s4, d4, sr, 0, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[0][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								move(dst[0][d4:], ds3, src[sr][s4:], ss3, run, cnt)
 							}
 						}
 					} else {
-						for i3 := 0; i3 < (D / 8); i3++ {
-							s4 := s3 + i3*ss3
-							d4 := d3 + i3*ds3
-							if cnt := T; cnt > 0 {
+						for i3 := 0; i3 < nH; i3++ {
+							s4 := s3 + (p.SrcHead+i3)*ss3
+							d4 := d3 + (p.DstHead+i3)*ds3
+							if cnt := (D / 8); cnt > 0 {
 								s5, d5 := s4, d4
 								if cnt == 1 || ss4 == run && ds4 == run {
 									n := cnt * run
-									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
 										pl += n
 									} else {
 										if pl > 0 {
 											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 										}
-										ps, pd, psr, pdr, pl = s5, d5, sReg, 0, n
+										ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
 									}
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
 									pl = 0
-									move(dst[0][d5:], ds4, src[sReg][s5:], ss4, run, cnt)
+									move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
 								}
 							}
 						}
@@ -2178,13 +2321,13 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 
 // copy_vllm_xblock_to_flashinfer_hnd moves part vllm_xblock to part flashinfer_hnd.
 //
-//	pair vllm_xblock -> flashinfer_hnd: part(C L H D/8 T D%8) -> part(L C H T D), loops follow the src
+//	pair vllm_xblock -> flashinfer_hnd: part(C L H D/8 T D%8) -> part(L C H T D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
-//	  C    x NC    src block        dst I*T*D*Hd     loop
 //	  L    x nL    src I*T*D*Hs     dst I*T*D*NC*Hd  loop
+//	  C    x NC    src block        dst I*T*D*Hd     loop
 //	  H    x nH    src I*T*D        dst I*T*D        loop
-//	  D/8  x D/8   src 8*I*T        dst 8*I          loop
 //	  T    x T     src 8*I          dst I*D          loop
+//	  D/8  x D/8   src 8*I*T        dst 8*I          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
@@ -2193,6 +2336,7 @@ func copy_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	}
 	I := p.ItemSize
 	T := p.PageSize
+	D := p.Dims[0]
 	NC := len(p.Dims)
 	Ls := p.Src.Layers
 	Hs := p.Src.Heads
@@ -2204,79 +2348,96 @@ func copy_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 		psr, pdr   int32
 	)
 	move := kernel.Mover(p)
-	{
-		sBase := 0
-		for c, D := range p.Dims {
-			ds0 := I * T * D * Hd
-			ss1 := I * T * D * Hs
-			ds1 := I * T * D * NC * Hd
-			ss2 := I * T * D
-			ds2 := I * T * D
-			ss3 := 8 * I * T
-			ds3 := 8 * I
-			ss4 := 8 * I
-			ds4 := I * D
-			run := 8 * I
-			sf, df := 0, 0
-			var sc int
-			var sReg int32
-			if p.Src.Packed {
-				sc = sBase
-				sBase += I * T * D * Ls * Hs
-			} else {
-				sReg = int32(c)
+	ss0 := I * T * D * Hs
+	ds0 := I * T * D * NC * Hd
+	ds1 := I * T * D * Hd
+	ss2 := I * T * D
+	ds2 := I * T * D
+	ss3 := 8 * I
+	ds3 := I * D
+	ss4 := 8 * I * T
+	ds4 := 8 * I
+	run := 8 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			sb, sr := i1*I*T*D*Ls*Hs, int32(0)
+			if !p.Src.Packed {
+				sb, sr = 0, int32(i1)
 			}
-			dc := c * ds0
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < nH; i2++ {
-					s3 := s2 + (p.SrcHead+i2)*ss2
-					d3 := d2 + (p.DstHead+i2)*ds2
-					if T == 1 {
-						if cnt := (D / 8); cnt > 0 {
+			s2 := s1 + sb
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				if ss3 == (D/8)*ss4 && ds3 == (D/8)*ds4 {
+					if cnt := T * (D / 8); cnt > 0 {
+						s5, d5 := s3, d3
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
+						}
+					}
+				} else {
+					if (D / 8) == 1 {
+						if cnt := T; cnt > 0 {
 							s4, d4 := s3, d3
 							if cnt == 1 || ss3 == run && ds3 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == 0 {
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sr && pdr == 0 {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s4, d4, sReg, 0, n
+									ps, pd, psr, pdr, pl = s4, d4, sr, 0, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[0][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								move(dst[0][d4:], ds3, src[sr][s4:], ss3, run, cnt)
 							}
 						}
 					} else {
-						for i3 := 0; i3 < (D / 8); i3++ {
+						for i3 := 0; i3 < T; i3++ {
 							s4 := s3 + i3*ss3
 							d4 := d3 + i3*ds3
-							if cnt := T; cnt > 0 {
+							if cnt := (D / 8); cnt > 0 {
 								s5, d5 := s4, d4
 								if cnt == 1 || ss4 == run && ds4 == run {
 									n := cnt * run
-									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
 										pl += n
 									} else {
 										if pl > 0 {
 											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 										}
-										ps, pd, psr, pdr, pl = s5, d5, sReg, 0, n
+										ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
 									}
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
 									pl = 0
-									move(dst[0][d5:], ds4, src[sReg][s5:], ss4, run, cnt)
+									move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
 								}
 							}
 						}
@@ -2413,7 +2574,7 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 
 // copy_vllm_xblock_to_vllm_xblock moves part vllm_xblock to part vllm_xblock.
 //
-//	pair vllm_xblock -> vllm_xblock: part(C L H D/8 T D%8) -> part(C L H D/8 T D%8), loops follow the src
+//	pair vllm_xblock -> vllm_xblock: part(C L H D/8 T D%8) -> part(C L H D/8 T D%8), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst C block: I*T*D*Ld*Hd
 //	  C    x NC    src block        dst block        loop
@@ -2654,14 +2815,14 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 
 // copy_vllm_xblock_to_vllm_host moves part vllm_xblock to pool vllm_host.
 //
-//	pair vllm_xblock -> vllm_host: part(C L H D/8 T D%8) -> pool(L C S T H D), loops follow the src
+//	pair vllm_xblock -> vllm_host: part(C L H D/8 T D%8) -> pool(L C S T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
 //	  dst S stride: I*T*D*Hd
-//	  C    x NC    src block        dst I*T*D*Hd*Sd  loop
 //	  L    x nL    src I*T*D*Hs     dst I*T*D*NC*Hd*Sd loop
+//	  C    x NC    src block        dst I*T*D*Hd*Sd  loop
+//	  T    x T     src 8*I          dst I*D*Hd       loop
 //	  H    x nH    src I*T*D        dst I*D          loop
 //	  D/8  x D/8   src 8*I*T        dst 8*I          loop
-//	  T    x T     src 8*I          dst I*D*Hd       loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
@@ -2670,6 +2831,7 @@ func copy_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	}
 	I := p.ItemSize
 	T := p.PageSize
+	D := p.Dims[0]
 	NC := len(p.Dims)
 	Ls := p.Src.Layers
 	Hs := p.Src.Heads
@@ -2682,79 +2844,96 @@ func copy_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 		psr, pdr   int32
 	)
 	move := kernel.Mover(p)
-	{
-		sBase := 0
-		for c, D := range p.Dims {
-			ds0 := I * T * D * Hd * Sd
-			ss1 := I * T * D * Hs
-			ds1 := I * T * D * NC * Hd * Sd
-			ss2 := I * T * D
-			ds2 := I * D
-			ss3 := 8 * I * T
-			ds3 := 8 * I
-			ss4 := 8 * I
-			ds4 := I * D * Hd
-			run := 8 * I
-			sf, df := 0, 0
-			var sc int
-			var sReg int32
-			if p.Src.Packed {
-				sc = sBase
-				sBase += I * T * D * Ls * Hs
-			} else {
-				sReg = int32(c)
+	ss0 := I * T * D * Hs
+	ds0 := I * T * D * NC * Hd * Sd
+	ds1 := I * T * D * Hd * Sd
+	ss2 := 8 * I
+	ds2 := I * D * Hd
+	ss3 := I * T * D
+	ds3 := I * D
+	ss4 := 8 * I * T
+	ds4 := 8 * I
+	run := 8 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			sb, sr := i1*I*T*D*Ls*Hs, int32(0)
+			if !p.Src.Packed {
+				sb, sr = 0, int32(i1)
 			}
-			dc := c * ds0
-			for i1 := 0; i1 < nL; i1++ {
-				lp := p.Layers[i1]
-				s2 := sf + sc + int(lp.Src)*ss1
-				d2 := df + dc + int(lp.Dst)*ds1
-				for i2 := 0; i2 < nH; i2++ {
-					s3 := s2 + (p.SrcHead+i2)*ss2
-					d3 := d2 + (p.DstHead+i2)*ds2
-					if T == 1 {
-						if cnt := (D / 8); cnt > 0 {
-							s4, d4 := s3, d3
+			s2 := s1 + sb
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < T; i2++ {
+				s3 := s2 + i2*ss2
+				d3 := d2 + i2*ds2
+				if ss3 == (D/8)*ss4 && ds3 == (D/8)*ds4 {
+					if cnt := nH * (D / 8); cnt > 0 {
+						s5, d5 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
+						}
+					}
+				} else {
+					if (D / 8) == 1 {
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
 							if cnt == 1 || ss3 == run && ds3 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == 0 {
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sr && pdr == 0 {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s4, d4, sReg, 0, n
+									ps, pd, psr, pdr, pl = s4, d4, sr, 0, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[0][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								move(dst[0][d4:], ds3, src[sr][s4:], ss3, run, cnt)
 							}
 						}
 					} else {
-						for i3 := 0; i3 < (D / 8); i3++ {
-							s4 := s3 + i3*ss3
-							d4 := d3 + i3*ds3
-							if cnt := T; cnt > 0 {
+						for i3 := 0; i3 < nH; i3++ {
+							s4 := s3 + (p.SrcHead+i3)*ss3
+							d4 := d3 + (p.DstHead+i3)*ds3
+							if cnt := (D / 8); cnt > 0 {
 								s5, d5 := s4, d4
 								if cnt == 1 || ss4 == run && ds4 == run {
 									n := cnt * run
-									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
 										pl += n
 									} else {
 										if pl > 0 {
 											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 										}
-										ps, pd, psr, pdr, pl = s5, d5, sReg, 0, n
+										ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
 									}
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
 									pl = 0
-									move(dst[0][d5:], ds4, src[sReg][s5:], ss4, run, cnt)
+									move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
 								}
 							}
 						}
@@ -3102,49 +3281,72 @@ func copy_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 		for i1 := 0; i1 < NC; i1++ {
 			s2 := s1 + i1*ss1
 			d2 := d1 + i1*ds1
-			if T == 1 {
-				if cnt := nH; cnt > 0 {
-					s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
-					if cnt == 1 || ss2 == run && ds2 == run {
+			if ss2 == T*ss3 && ds2 == T*ds3 {
+				if cnt := nH * T; cnt > 0 {
+					s4, d4 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
+					if cnt == 1 || ss3 == run && ds3 == run {
 						n := cnt * run
-						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
 							pl += n
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
-							ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
 						}
 					} else {
 						if pl > 0 {
 							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 						}
 						pl = 0
-						move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
+						move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
 					}
 				}
 			} else {
-				for i2 := 0; i2 < nH; i2++ {
-					s3 := s2 + (p.SrcHead+i2)*ss2
-					d3 := d2 + (p.DstHead+i2)*ds2
-					if cnt := T; cnt > 0 {
-						s4, d4 := s3, d3
-						if cnt == 1 || ss3 == run && ds3 == run {
+				if T == 1 {
+					if cnt := nH; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss2, d2+p.DstHead*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
 							n := cnt * run
-							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
 								pl += n
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
-								ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								ps, pd, psr, pdr, pl = s3, d3, 0, 0, n
 							}
 						} else {
 							if pl > 0 {
 								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 							}
 							pl = 0
-							move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							move(dst[0][d3:], ds2, src[0][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nH; i2++ {
+						s3 := s2 + (p.SrcHead+i2)*ss2
+						d3 := d2 + (p.DstHead+i2)*ds2
+						if cnt := T; cnt > 0 {
+							s4, d4 := s3, d3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							}
 						}
 					}
 				}
@@ -3354,49 +3556,72 @@ func copy_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 				for i2 := 0; i2 < nH; i2++ {
 					s3 := s2 + (p.SrcHead+i2)*ss2
 					d3 := d2 + (p.DstHead+i2)*ds2
-					if T == 1 {
-						if cnt := (D / 8); cnt > 0 {
-							s4, d4 := s3, d3
-							if cnt == 1 || ss3 == run && ds3 == run {
+					if ss3 == T*ss4 && ds3 == T*ds4 {
+						if cnt := (D / 8) * T; cnt > 0 {
+							s5, d5 := s3, d3
+							if cnt == 1 || ss4 == run && ds4 == run {
 								n := cnt * run
-								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dReg {
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
 									pl += n
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
-									ps, pd, psr, pdr, pl = s4, d4, 0, dReg, n
+									ps, pd, psr, pdr, pl = s5, d5, 0, dReg, n
 								}
 							} else {
 								if pl > 0 {
 									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 								}
 								pl = 0
-								move(dst[dReg][d4:], ds3, src[0][s4:], ss3, run, cnt)
+								move(dst[dReg][d5:], ds4, src[0][s5:], ss4, run, cnt)
 							}
 						}
 					} else {
-						for i3 := 0; i3 < (D / 8); i3++ {
-							s4 := s3 + i3*ss3
-							d4 := d3 + i3*ds3
-							if cnt := T; cnt > 0 {
-								s5, d5 := s4, d4
-								if cnt == 1 || ss4 == run && ds4 == run {
+						if T == 1 {
+							if cnt := (D / 8); cnt > 0 {
+								s4, d4 := s3, d3
+								if cnt == 1 || ss3 == run && ds3 == run {
 									n := cnt * run
-									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dReg {
 										pl += n
 									} else {
 										if pl > 0 {
 											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 										}
-										ps, pd, psr, pdr, pl = s5, d5, 0, dReg, n
+										ps, pd, psr, pdr, pl = s4, d4, 0, dReg, n
 									}
 								} else {
 									if pl > 0 {
 										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
 									}
 									pl = 0
-									move(dst[dReg][d5:], ds4, src[0][s5:], ss4, run, cnt)
+									move(dst[dReg][d4:], ds3, src[0][s4:], ss3, run, cnt)
+								}
+							}
+						} else {
+							for i3 := 0; i3 < (D / 8); i3++ {
+								s4 := s3 + i3*ss3
+								d4 := d3 + i3*ds3
+								if cnt := T; cnt > 0 {
+									s5, d5 := s4, d4
+									if cnt == 1 || ss4 == run && ds4 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s5, d5, 0, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d5:], ds4, src[0][s5:], ss4, run, cnt)
+									}
 								}
 							}
 						}

@@ -28,13 +28,13 @@ func copy2D(dst []byte, dpitch int, src []byte, spitch, width, height int) {
 //go:noescape
 func copy2DAVX2(dst *byte, dpitch int, src *byte, spitch, width, height int)
 
-// streamPitchMax is the widest destination pitch Stream2D stores past the
-// caches: rows far apart defeat the write combining that makes
-// non-temporal stores fast (see Stream2D).
-const streamPitchMax = 1024
+// streamDensity bounds the destination pitch Stream2D stores past the
+// caches at, in row widths: rows far apart defeat the write combining that
+// makes non-temporal stores fast (see Stream2D).
+const streamDensity = 4
 
 func stream2D(dst []byte, dpitch int, src []byte, spitch, width, height int) {
-	if !useAVX2 || width%32 != 0 || dpitch%32 != 0 || dpitch > streamPitchMax || uintptr(unsafe.Pointer(&dst[0]))%32 != 0 {
+	if !useAVX2 || width%32 != 0 || dpitch%32 != 0 || dpitch > streamDensity*width || uintptr(unsafe.Pointer(&dst[0]))%32 != 0 {
 		copy2D(dst, dpitch, src, spitch, width, height)
 		return
 	}

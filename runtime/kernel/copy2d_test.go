@@ -38,8 +38,9 @@ func TestCopy2D(t *testing.T) {
 	}{{"Copy2D", Copy2D}, {"Stream2D", Stream2D}} {
 		for _, w := range widths {
 			for _, h := range []int{0, 1, 2, 3, 7} {
-				// {32, 0}: pitches of 1 KiB and less that Stream2D streams
-				// at; the last: over 1 KiB, which it does not.
+				// {32, 0}: pitches Stream2D streams at (up to 4 rows,
+				// aligned); the last: over 4 rows for rows under 352 bytes,
+				// which it does not.
 				for _, pad := range [][2]int{{0, 0}, {1, 3}, {37, 0}, {0, 64}, {w, 5}, {32, 0}, {1056 - w%32, 32}} {
 					for _, dOff := range []int{0, 5} {
 						dp, sp := w+pad[0], w+pad[1]
