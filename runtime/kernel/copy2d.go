@@ -11,16 +11,9 @@ package kernel
 // src and dst must not overlap. A row past the end of either buffer, or a
 // negative pitch, panics before anything is copied.
 func Copy2D(dst []byte, dpitch int, src []byte, spitch, width, height int) {
-	if height <= 0 || width <= 0 {
-		return
+	if rows2D("Copy2D", dst, dpitch, src, spitch, width, height) {
+		copy2D(dst, dpitch, src, spitch, width, height)
 	}
-	if dpitch < 0 || spitch < 0 {
-		panic("kernel.Copy2D: negative pitch")
-	}
-	// The last row must fit; the others come before it.
-	_ = dst[(height-1)*dpitch : (height-1)*dpitch+width]
-	_ = src[(height-1)*spitch : (height-1)*spitch+width]
-	copy2D(dst, dpitch, src, spitch, width, height)
 }
 
 // Stream2D is Copy2D for a large transfer into memory the caller will not
@@ -35,15 +28,24 @@ func Copy2D(dst []byte, dpitch int, src []byte, spitch, width, height int) {
 // before anything else may read dst. A copy kernel fences once before it
 // returns (a fence per call cost a fifth of the kernel's throughput).
 func Stream2D(dst []byte, dpitch int, src []byte, spitch, width, height int) {
+	if rows2D("Stream2D", dst, dpitch, src, spitch, width, height) {
+		stream2D(dst, dpitch, src, spitch, width, height)
+	}
+}
+
+// rows2D reports whether there are rows to move, and panics, naming fn,
+// when a pitch is negative or the last row lies past either buffer's end
+// (the other rows come before it).
+func rows2D(fn string, dst []byte, dpitch int, src []byte, spitch, width, height int) bool {
 	if height <= 0 || width <= 0 {
-		return
+		return false
 	}
 	if dpitch < 0 || spitch < 0 {
-		panic("kernel.Stream2D: negative pitch")
+		panic("kernel." + fn + ": negative pitch")
 	}
 	_ = dst[(height-1)*dpitch : (height-1)*dpitch+width]
 	_ = src[(height-1)*spitch : (height-1)*spitch+width]
-	stream2D(dst, dpitch, src, spitch, width, height)
+	return true
 }
 
 // StreamBytes is the size of a copy kernel's problem from which it moves

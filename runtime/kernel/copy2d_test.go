@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -87,31 +88,36 @@ func TestMover(t *testing.T) {
 }
 
 func TestCopy2DBounds(t *testing.T) {
-	for _, c := range []struct {
-		name                         string
-		dn, dpitch, sn, spitch, w, h int
-		want                         string
-	}{
-		{"dst short", 255, 256, 512, 256, 128, 2, "slice bounds out of range [:384] with capacity 255"},
-		{"src short", 512, 256, 300, 256, 64, 2, "slice bounds out of range [:320] with capacity 300"},
-		{"negative pitch", 512, -256, 512, 256, 64, 2, "kernel.Copy2D: negative pitch"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			dst := make([]byte, c.dn)
-			defer func() {
-				r := recover()
-				if r == nil {
-					t.Fatal("no panic")
-				}
-				if got := fmt.Sprint(r); !bytes.Contains([]byte(got), []byte(c.want)) {
-					t.Fatalf("panic %q, want it to say %q", got, c.want)
-				}
-				if !bytes.Equal(dst, make([]byte, c.dn)) {
-					t.Fatal("bytes written before the panic")
-				}
-			}()
-			Copy2D(dst, c.dpitch, make([]byte, c.sn), c.spitch, c.w, c.h)
-		})
+	for _, f := range []struct {
+		name string
+		move func(dst []byte, dpitch int, src []byte, spitch, width, height int)
+	}{{"Copy2D", Copy2D}, {"Stream2D", Stream2D}} {
+		for _, c := range []struct {
+			name                         string
+			dn, dpitch, sn, spitch, w, h int
+			want                         string
+		}{
+			{"dst short", 255, 256, 512, 256, 128, 2, "slice bounds out of range [:384] with capacity 255"},
+			{"src short", 512, 256, 300, 256, 64, 2, "slice bounds out of range [:320] with capacity 300"},
+			{"negative pitch", 512, -256, 512, 256, 64, 2, "kernel." + f.name + ": negative pitch"},
+		} {
+			t.Run(f.name+" "+c.name, func(t *testing.T) {
+				dst := make([]byte, c.dn)
+				defer func() {
+					r := recover()
+					if r == nil {
+						t.Fatal("no panic")
+					}
+					if got := fmt.Sprint(r); !strings.Contains(got, c.want) {
+						t.Fatalf("panic %q, want it to say %q", got, c.want)
+					}
+					if !bytes.Equal(dst, make([]byte, c.dn)) {
+						t.Fatal("bytes written before the panic")
+					}
+				}()
+				f.move(dst, c.dpitch, make([]byte, c.sn), c.spitch, c.w, c.h)
+			})
+		}
 	}
 }
 
