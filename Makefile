@@ -7,8 +7,11 @@ FUZZFLAGS = -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
 .PHONY: test generate check-generated fuzz bench gobench vet fmt
 
+# The kernels again without their assembly (the purego tag), as on other
+# architectures.
 test: vet
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -tags purego ./runtime/kernel/... ./layouts ./examples/customlayout
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)
