@@ -36,9 +36,13 @@
 //
 // # Reads
 //
-// ReadRanges sends pipelined GETRANGE commands, at most 8 MiB of replies per
-// round trip, each batch led by a state check of every page it touches, and
-// copies the replies into the ranges' Dst segments.
+// ReadRanges sends pipelined GETRANGE commands in round trips of at most
+// 16 MiB of replies (2 MiB of replies shorter than 64 KiB), each led by a
+// state check of every page it touches. On one server the replies are
+// streamed (rueidis's DoMultiStream, on a connection of its own): their
+// bytes go from the connection straight into the ranges' Dst segments. On
+// a cluster each round trip is a pipeline per node whose replies are
+// copied into the segments.
 package redisstore
 
 import (
@@ -70,9 +74,10 @@ func init() {
 
 // Store is a store.Store on Redis.
 type Store struct {
-	c    rueidis.Client
-	name string // the addresses, for errors
-	ttl  string // TTL in ms, an argument of writeScript
+	c      rueidis.Client
+	name   string // the addresses, for errors
+	ttl    string // TTL in ms, an argument of writeScript
+	stream bool   // ReadRanges streams replies (one server, not a cluster)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -131,8 +136,13 @@ func New(ctx context.Context, c Config) (*Store, error) {
 			client.Close()
 			return nil, fmt.Errorf("redis store %s: a cluster node; use redis+cluster://", name)
 		}
+		// ReadRanges streams its state checks with EVALSHA: load the
+		// script now rather than lose its first round trip to NOSCRIPT.
+		// Best effort: a read that meets NOSCRIPT sends its state
+		// checks again with EVAL, which also loads the script.
+		_ = client.Do(ctx, client.B().ScriptLoad().Script(state.src).Build()).Error()
 	}
-	s := &Store{c: client, name: name, ttl: "0"}
+	s := &Store{c: client, name: name, ttl: "0", stream: !c.Cluster}
 	if c.TTL > 0 {
 		s.ttl = strconv.FormatInt(c.TTL.Milliseconds(), 10)
 	}
@@ -234,27 +244,24 @@ func stateCall(key string) call {
 
 // decodeState decodes a reply of stateScript: nil for an object that is not
 // complete.
-func decodeState(r rueidis.RedisResult) (*store.Object, error) {
-	v, err := r.ToArray()
+func decodeState(v string, err error) (*store.Object, error) {
 	if rueidis.IsRedisNil(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if len(v) < 2 {
-		return nil, fmt.Errorf("unexpected state reply of %d elements", len(v))
+	sizes, manifest, ok := strings.Cut(v, "\n")
+	if !ok || sizes == "" {
+		return nil, fmt.Errorf("unexpected state reply %.40q", v)
 	}
-	o := &store.Object{Complete: true, PartSizes: make([]int, len(v)-1)}
-	if o.Manifest, err = v[0].ToString(); err != nil {
-		return nil, err
-	}
-	for i := range o.PartSizes {
-		n, err := v[i+1].AsInt64()
-		if err != nil {
-			return nil, err
+	o := &store.Object{Complete: true, Manifest: manifest, PartSizes: make([]int, 0, strings.Count(sizes, " ")+1)}
+	for f := range strings.SplitSeq(sizes, " ") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("unexpected state reply %.40q", v)
 		}
-		o.PartSizes[i] = int(n)
+		o.PartSizes = append(o.PartSizes, n)
 	}
 	return o, nil
 }
@@ -272,7 +279,7 @@ func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error
 			calls[i] = stateCall(k)
 		}
 		for i, r := range pipeline(ctx, s.c, calls) {
-			o, err := decodeState(r)
+			o, err := decodeState(r.ToString())
 			if err != nil {
 				return nil, s.fail(ctx, "query "+batch[i], err)
 			}

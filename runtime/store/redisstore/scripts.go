@@ -75,17 +75,19 @@ const (
 //	ARGV[1] the prefix of the page's part keys
 //
 // It returns nil unless every part is written and every part key still
-// exists; then {manifest, size of part 0, size of part 1, ...}.
+// exists; then one string: the size of each part in decimal, separated by
+// spaces, a newline, and the manifest key. A string, not an array, so that
+// ReadRanges can take it from a stream of replies (see stream.go).
 const stateScript = `
 local m = redis.call('HMGET', KEYS[1], 'manifest', 'parts', 'done')
 if not m[1] or tonumber(m[2]) ~= tonumber(m[3]) then return false end
-local r = {m[1]}
+local r = {}
 for i = 0, tonumber(m[2]) - 1 do
   local k = ARGV[1] .. i
   if redis.call('EXISTS', k) == 0 then return false end
-  r[i + 2] = redis.call('STRLEN', k)
+  r[i + 1] = redis.call('STRLEN', k)
 end
-return r
+return table.concat(r, ' ') .. '\n' .. m[1]
 `
 
 // script is a Lua script run with EVALSHA, falling back to EVAL when the
