@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -186,4 +188,41 @@ func BenchmarkReadSpans(b *testing.B) {
 			return nil
 		})
 	})
+}
+
+// BenchmarkRangeWriter delivers 128 replies of 10 KiB from a connection's
+// buffered reader (here in memory: no server, only the client's work)
+// into one segment a reply and into 40 segments of 256 bytes, 512 bytes
+// apart, as a scatter read into a page_first pool does. The difference
+// over the 128 x 39 extra segments is the client's cost of a segment, the
+// SegmentNS of plan.RedisTransport.
+func BenchmarkRangeWriter(b *testing.B) {
+	const replies, span = 128, 10 << 10
+	wire := pattern(6, replies*span)
+	pool := make([]byte, 2*replies*span)
+	for _, segs := range []int{1, 40} {
+		dsts := make([][][]byte, replies)
+		for i := range dsts {
+			for k := range segs {
+				at := (i*segs + k) * 2 * span / segs
+				dsts[i] = append(dsts[i], pool[at:at+span/segs])
+			}
+		}
+		b.Run(fmt.Sprintf("segments=%d", segs), func(b *testing.B) {
+			b.SetBytes(replies * span)
+			r := bytes.NewReader(wire)
+			br := bufio.NewReaderSize(r, 512<<10) // rueidis's default
+			var w rangeWriter
+			for b.Loop() {
+				r.Reset(wire)
+				br.Reset(r)
+				for _, d := range dsts {
+					w.reset(d, 0)
+					if n, err := w.ReadFrom(&io.LimitedReader{R: br, N: span}); n != span || err != nil {
+						b.Fatal(n, err)
+					}
+				}
+			}
+		})
+	}
 }

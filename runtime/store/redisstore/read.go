@@ -119,8 +119,13 @@ func (b *batch) build(s *Store, rs []store.Range, next, progress int) {
 	}
 }
 
-// getrange returns GETRANGE key start end.
+// getrange returns GETRANGE key start end. On one server it is built
+// without the key's hash slot, which only a cluster needs: hashing a page
+// key (CRC16) took a third of the time of building a batch.
 func (s *Store) getrange(key string, start, end int64) rueidis.Completed {
+	if s.stream {
+		return s.c.B().Arbitrary("GETRANGE").Args(key, strconv.FormatInt(start, 10), strconv.FormatInt(end, 10)).Build()
+	}
 	return s.c.B().Getrange().Key(key).Start(start).End(end).Build()
 }
 

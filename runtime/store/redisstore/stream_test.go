@@ -20,9 +20,11 @@ import (
 
 // TestRangeWriter writes replies into random scatter lists from random
 // offsets, through Write and through ReadFrom from a plain reader and from
-// a buffered reader limited to the reply, as rueidis streams one: the
-// segments hold the reply's bytes at the offset, the bytes past the last
-// segment are counted and dropped, and what follows the reply is left.
+// a buffered reader limited to the reply (rueidis's, whose fast path
+// copies from the buffer and reads long segments straight from the
+// connection): the segments hold the reply's bytes at the offset, the
+// bytes past the last segment are counted and dropped, and what follows
+// the reply is left.
 func TestRangeWriter(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 500 {
