@@ -199,8 +199,9 @@ func (b *batch) deliver(rs []store.Range, rep replies, next, progress *int) erro
 }
 
 // ReadRanges implements store.Store. A round trip (batch) reads at most
-// what readTrip allows; a longer range is split. Each batch checks the state of every page it reads (in the same
-// round trip, before its GETRANGEs), so only complete objects are read.
+// what readTrip allows; a longer range is split. Each batch checks the
+// state of every page it reads (in the same round trip, before its
+// GETRANGEs), so only complete objects are read.
 //
 // On one server the replies are streamed: each GETRANGE's bytes go from
 // the connection's buffer (or the socket, for long ones) straight into the
