@@ -152,9 +152,10 @@ func TestPlanStrategies(t *testing.T) {
 }
 
 // TestPlan70BAutoRedis plans the 70B case for Redis: on its cost model a
-// 16 KiB GETRANGE costs as much as 37 KiB of bandwidth, so bridging the
-// 10 KiB gaps pays and auto stages the two parts whole: 2 ops instead of
-// 10240. The page's bytes are checked byte for byte.
+// GETRANGE costs as much as 8 KB of bandwidth, less than the 10 KiB gaps,
+// and a scatter segment less than the staged copy of its bytes, so auto
+// reads each source span into its 40 segments: 256 ops instead of 10240.
+// The page's bytes are checked byte for byte.
 func TestPlan70BAutoRedis(t *testing.T) {
 	const model = "layers=80,kv-heads=8,head-dim=128,dtype=bf16,page=64"
 	run := func(args ...string) *planJSON {
@@ -168,10 +169,10 @@ func TestPlan70BAutoRedis(t *testing.T) {
 	direct := run()
 	require.Equal(t, 10240, direct.OpCount)
 	auto := run("--strategy", "auto", "--transport", "redis")
-	require.Equal(t, 2, auto.OpCount)
-	require.Equal(t, "staged", auto.Strategy)
+	require.Equal(t, 256, auto.OpCount)
+	require.Equal(t, "scatter", auto.Strategy)
 	require.Equal(t, 2621440, auto.Bytes)
-	require.Equal(t, 2*2621440, auto.ReadBytes)
+	require.Equal(t, 2621440, auto.ReadBytes)
 	require.Equal(t, "redis", auto.Transport)
 	seed := content.Seed("plan-70b")
 	parts := stratParts(t, model, placement.Topology{TP: 8, PP: 1}, seed)

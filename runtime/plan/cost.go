@@ -71,13 +71,23 @@ func FileTransport() Transport {
 }
 
 // RedisTransport is a Redis server on loopback (redis://): a range is one
-// pipelined GETRANGE, and its segments are filled by local copies from the
-// reply. Measured: op 21 to 26 µs at 16 KiB (2.0 to 2.5 µs at 256 bytes:
-// a reply of 16 KiB costs far more than its bytes at the 2 MiB bandwidth),
-// segment 0 to 63 ns, 1.5 to 2.0 GB/s. As for memory, the scatter bound is
-// ours.
+// pipelined GETRANGE whose reply is streamed into its segments (see the
+// redisstore package). Measured not with --calibrate, whose 16 KiB reads
+// on a fresh server pay its first page faults of reply buffers (op 7 to 15
+// µs), but, six runs at load average about 2, with
+//
+//	go test -run '^$' -bench 'ReadSpans|RangeWriter' ./runtime/store/redisstore/
+//
+// bandwidth 1.57 to 1.85 GB/s (8 whole parts of 2.5 MiB); op 3.8 to 6.1 µs
+// (1024 spans of 10 KiB, the 70B case's source spans, beyond their bytes
+// at that bandwidth); segment 10 to 14 ns (the client's cost of each
+// segment of a reply past the first). On the 70B case auto then reads the
+// 256 spans in 40 segments each (scatter), which took 0.85 to 0.94 of the
+// time of staged reads of the two whole parts and 0.79 to 0.89 of staged
+// reads of the spans (medians of 50 turns, four runs). As for memory, the
+// scatter bound is ours.
 func RedisTransport() Transport {
-	return Transport{Name: "redis", OpNS: 23000, SegmentNS: 30, Bandwidth: 1.6e9, Segments: 64, SegmentLimit: 1024}
+	return Transport{Name: "redis", OpNS: 4700, SegmentNS: 11, Bandwidth: 1.7e9, Segments: 64, SegmentLimit: 1024}
 }
 
 // RDMATransport models one-sided RDMA reads for planning only (nothing in
