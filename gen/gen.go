@@ -27,7 +27,7 @@ import (
 const KernelPkg = "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Version is the kernel runtime version the generated code is written for.
-const Version = 1
+const Version = 2
 
 // Header returns the first line of a file generated from the .kvl file.
 func Header(kvlFile string) string {

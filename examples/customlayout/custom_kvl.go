@@ -6,8 +6,8 @@ import "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Fail to compile against a kernel runtime that does not support this generated code.
 const (
-	_ = kernel.EnforceVersion(kernel.GenVersion - 1)
-	_ = kernel.EnforceVersion(1 - kernel.MinGenVersion)
+	_ = kernel.EnforceVersion(kernel.GenVersion - 2)
+	_ = kernel.EnforceVersion(2 - kernel.MinGenVersion)
 )
 
 func init() {
