@@ -38,7 +38,7 @@ func TestCopy2D(t *testing.T) {
 		move func(dst []byte, dpitch int, src []byte, spitch, width, height int)
 	}{{"Copy2D", Copy2D}, {"Stream2D", Stream2D}} {
 		for _, w := range widths {
-			for _, h := range []int{0, 1, 2, 3, 7} {
+			for _, h := range []int{0, 1, 2, 3, 7, 20} { // 20: Stream2D prefetches rows 8 on
 				// {32, 0}: pitches Stream2D streams at (up to 4 rows,
 				// aligned); the last: over 4 rows for rows under 352 bytes,
 				// which it does not.
