@@ -457,10 +457,9 @@ func (k *kernel) strided(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 	lp := k.live[i]
 	// The runs of the innermost loop have one stride on each side: range
 	// kernels write them, and copy kernels move them, in one call
-	// (stridedLoop). Layers consecutive on both
-	// sides are one stride apart too. When the innermost loop has a single
-	// iteration (one common head, say), the loop around it is the one to
-	// stride.
+	// (stridedLoop). Layers consecutive on both sides are one stride apart
+	// too. When the innermost loop has a single iteration (one common head,
+	// say), the loop around it is the one to stride.
 	var strided func() []jen.Code
 	var cond *jen.Statement
 	switch {

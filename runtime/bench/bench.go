@@ -210,6 +210,20 @@ func pairwise(reps, n int, f, g func()) (tf, tg time.Duration, ratio float64) {
 	return tf, tg, ratios[reps/2]
 }
 
+// pairwiseErr is pairwise for calls that may fail: every turn runs, and
+// err is the first error either call gave.
+func pairwiseErr(reps, n int, f, g func() error) (tf, tg time.Duration, ratio float64, err error) {
+	wrap := func(h func() error) func() {
+		return func() {
+			if e := h(); e != nil && err == nil {
+				err = e
+			}
+		}
+	}
+	tf, tg, ratio = pairwise(reps, n, wrap(f), wrap(g))
+	return tf, tg, ratio, err
+}
+
 // median returns the median of n timings of f.
 func median(n int, f func() error) (time.Duration, error) {
 	ts := make([]time.Duration, n)

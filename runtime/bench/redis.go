@@ -121,23 +121,16 @@ func (c *case70) redis(ctx context.Context, o *Options) ([]Figure, error) {
 	}
 	// In turns, as the memory figure: the ratios are the medians of the
 	// turns', which see the same load.
-	var readErr error
-	must := func(f func() error) func() {
-		return func() {
-			if err := f(); err != nil && readErr == nil {
-				readErr = err
-			}
-		}
-	}
 	get, parts := reading{bytes: rs.bytes}, reading{bytes: rs.bytes} // parts: counting the bytes needed
 	var vsGet, vsParts float64
-	rs.best, get.best, vsGet = pairwise(3*c.sz.reps, 1, must(readOnce), must(getOnce))
-	var again time.Duration
-	again, parts.best, vsParts = pairwise(3*c.sz.reps, 1, must(readOnce), must(partsOnce))
-	rs.best = min(rs.best, again)
-	if readErr != nil {
-		return nil, readErr
+	if rs.best, get.best, vsGet, err = pairwiseErr(3*c.sz.reps, 1, readOnce, getOnce); err != nil {
+		return nil, err
 	}
+	var again time.Duration
+	if again, parts.best, vsParts, err = pairwiseErr(3*c.sz.reps, 1, readOnce, partsOnce); err != nil {
+		return nil, err
+	}
+	rs.best = min(rs.best, again)
 	partsFig := Figure{Name: "redis_vs_get_parts", Value: round(vsParts), Unit: "x", Baseline: round(parts.gbps()), BaselineUnit: "GB/s",
 		Detail: fmt.Sprintf("the resharded reads against pipelined GET of the two whole parts (%d bytes each) that hold each page's bytes, streamed, counting the bytes needed (%.2f GB/s of parts read): what a reader without range reads would fetch before copying; median of %d turns",
 			c.m.PartBytes(0), gbps(2*len(keys)*c.m.PartBytes(0), parts.best), 3*c.sz.reps)}

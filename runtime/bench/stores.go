@@ -159,18 +159,9 @@ func (c *case70) memory(ctx context.Context, o *Options) ([]Figure, error) {
 	}
 	// In turns, so that both see the same load: the ratio is the median
 	// of the turns'.
-	var readErr error
-	must := func(f func() error) func() {
-		return func() {
-			if err := f(); err != nil && readErr == nil {
-				readErr = err
-			}
-		}
-	}
 	var ratio float64
-	rs.best, id.best, ratio = pairwise(3*c.sz.reps, 1, must(reshardOnce), must(identityOnce))
-	if readErr != nil {
-		return nil, readErr
+	if rs.best, id.best, ratio, err = pairwiseErr(3*c.sz.reps, 1, reshardOnce, identityOnce); err != nil {
+		return nil, err
 	}
 	f := Figure{Name: "reshard_vs_identity_mem", Value: round(ratio), Unit: "x", Baseline: round(id.gbps()), BaselineUnit: "GB/s",
 		Detail: fmt.Sprintf("%d pages: TP 4/PP 2 rank 0/0 %.2f GB/s (%s, %d ops a page); TP 8 rank 0 %.2f GB/s (%s, %d ops a page)",
