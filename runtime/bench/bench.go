@@ -22,10 +22,18 @@
 //	reshard_vs_identity_mem   resharded reads (TP 8 -> TP 4/PP 2 rank 0/0)
 //	                          against identity reads (TP 8 -> TP 8 rank 0)
 //	                          of as many bytes, memory store
+//	gapped_vs_contiguous_mem  the resharding reader's source spans moved by
+//	                          the kernels' row mover, without kvreshard,
+//	                          against whole parts: what the access pattern
+//	                          alone costs, the bound of the figure above
 //	reshard_gbps_file         resharded reads (auto) from the file store,
 //	                          against direct
 //	redis_vs_get              resharded reads (auto) from Redis against
 //	                          pipelined GET of values of the same size
+//	redis_getrange_vs_get     the same spans read by plain pipelined
+//	                          GETRANGE, without kvreshard, against the same
+//	                          GET: what the server allows, the bound of
+//	                          the figure above
 //	redis_vs_get_parts        the same reads against pipelined GET of the
 //	                          whole parts that hold the bytes
 //	reshard_gbps_redis        resharded reads (auto) from Redis, against
@@ -68,7 +76,7 @@ type Figure struct {
 var Names = []string{
 	"copy_vs_memmove", "copy_vs_memmove_runs", "generated_vs_interpreter",
 	"plan_build_us_70b", "plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b",
-	"reshard_vs_identity_mem", "reshard_gbps_file", "redis_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
+	"reshard_vs_identity_mem", "gapped_vs_contiguous_mem", "reshard_gbps_file", "redis_vs_get", "redis_getrange_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
 }
 
 // Options configure a run.

@@ -28,6 +28,7 @@ func TestRedisSkipped(t *testing.T) {
 	require.Equal(t, []step{{0, 2, "pages"}, {1, 2, "redis store"}, {2, 2, "done"}}, steps)
 	require.Equal(t, []Figure{
 		{Name: "redis_vs_get", Unit: "x", BaselineUnit: "GB/s", Target: ">= 0.8", Skipped: "no Redis server: redis-server: no such file"},
+		{Name: "redis_getrange_vs_get", Unit: "x", BaselineUnit: "GB/s", Skipped: "no Redis server: redis-server: no such file"},
 		{Name: "redis_vs_get_parts", Unit: "x", BaselineUnit: "GB/s", Skipped: "no Redis server: redis-server: no such file"},
 		{Name: "reshard_gbps_redis", Unit: "GB/s", BaselineUnit: "GB/s", Skipped: "no Redis server: redis-server: no such file"},
 	}, figs)
