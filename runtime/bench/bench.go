@@ -32,8 +32,8 @@
 //	                          pipelined GET of values of the same size
 //	redis_getrange_vs_get     the same spans read by plain pipelined
 //	                          GETRANGE, without kvreshard, against the same
-//	                          GET: what the server allows, the bound of
-//	                          the figure above
+//	                          GET: what a range reader gets from the
+//	                          server, the reference for the figure above
 //	redis_vs_get_parts        the same reads against pipelined GET of the
 //	                          whole parts that hold the bytes
 //	reshard_gbps_redis        resharded reads (auto) from Redis, against

@@ -149,7 +149,7 @@ func (c *case70) redis(ctx context.Context, o *Options) ([]Figure, error) {
 			len(keys), rs.strategy, rs.ops, rs.gbps(), len(keys), size, get.gbps(), 3*c.sz.reps)}
 	atLeast(&vs, 0.8)
 	rangesFig := Figure{Name: "redis_getrange_vs_get", Value: round(rangesVsGet), Unit: "x", Baseline: round(get.gbps()), BaselineUnit: "GB/s",
-		Detail: fmt.Sprintf("the server's share, without kvreshard: the same %d spans a page read by plain pipelined GETRANGE (a page a round trip, streamed into a buffer; %.2f GB/s), against the GET baseline above; the bound the server puts on redis_vs_get here; median of %d turns",
+		Detail: fmt.Sprintf("the server's share, without kvreshard: the same %d spans a page read by plain pipelined GETRANGE (a page a round trip, streamed into a buffer; %.2f GB/s), against the GET baseline above: what a range reader without kvreshard gets from this server, the reference for redis_vs_get; median of %d turns",
 			c.d.PageSize*len(c.d.HeadDims)*2, gbps(rs.bytes, ranges), 3*c.sz.reps)}
 	g := Figure{Name: "reshard_gbps_redis", Value: round(rs.gbps()), Unit: "GB/s", Baseline: round(dr.gbps()), BaselineUnit: "GB/s",
 		Detail: fmt.Sprintf("%d pages from Redis, TP 4/PP 2 rank 0/0: auto %s (%d ops a page); baseline: direct (%d GETRANGEs a page)",
