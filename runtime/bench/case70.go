@@ -59,6 +59,15 @@ func newCase70(sz sizes) (*case70, error) {
 	return c, nil
 }
 
+// spans describes the source spans of the resharding reader in each of
+// its two parts, for each component: tokens spans of span bytes (a
+// token's layers 0-39 of the part's head), pitch bytes apart (all 80
+// layers).
+func (c *case70) spans() (span, pitch, tokens int) {
+	span = len(c.d.Layers) / 2 * c.d.HeadDims[0] * c.d.ItemSize
+	return span, 2 * span, c.d.PageSize
+}
+
 // planner returns a planner of the resharding reader with one slot.
 func (c *case70) planner(opts plan.Options) (*plan.Planner, error) {
 	b, err := plan.BindingFor(c.d, c.reshard, placement.Rank{}, c.poolL, 1)

@@ -150,7 +150,7 @@ func (c *case70) redis(ctx context.Context, o *Options) ([]Figure, error) {
 	atLeast(&vs, 0.8)
 	rangesFig := Figure{Name: "redis_getrange_vs_get", Value: round(rangesVsGet), Unit: "x", Baseline: round(get.gbps()), BaselineUnit: "GB/s",
 		Detail: fmt.Sprintf("the server's share, without kvreshard: the same %d spans a page read by plain pipelined GETRANGE (a page a round trip, streamed into a buffer; %.2f GB/s), against the GET baseline above: what a range reader without kvreshard gets from this server, the reference for redis_vs_get; median of %d turns",
-			c.d.PageSize*len(c.d.HeadDims)*2, gbps(rs.bytes, ranges), 3*c.sz.reps)}
+			2*len(c.d.HeadDims)*c.d.PageSize, gbps(rs.bytes, ranges), 3*c.sz.reps)}
 	g := Figure{Name: "reshard_gbps_redis", Value: round(rs.gbps()), Unit: "GB/s", Baseline: round(dr.gbps()), BaselineUnit: "GB/s",
 		Detail: fmt.Sprintf("%d pages from Redis, TP 4/PP 2 rank 0/0: auto %s (%d ops a page); baseline: direct (%d GETRANGEs a page)",
 			len(keys), rs.strategy, rs.ops, dr.ops)}
@@ -227,8 +227,7 @@ func getBaseline(ctx context.Context, cl rueidis.Client, prefix string, n, size 
 // component, with one pipelined GETRANGE each, a page a round trip,
 // streamed into a buffer. It checks the bytes of one read first.
 func (c *case70) getrangeBaseline(ctx context.Context, cl rueidis.Client, prefix string, pages int) (func() error, error) {
-	span := len(c.d.Layers) / 2 * c.d.HeadDims[0] * c.d.ItemSize
-	pitch, tokens := 2*span, c.d.PageSize
+	span, pitch, tokens := c.spans()
 	perPage := 2 * len(c.d.HeadDims) * tokens
 	buf := make([]byte, pages*perPage*span)
 	once := func() error {

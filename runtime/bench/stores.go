@@ -197,8 +197,7 @@ func (c *case70) gapped(ctx context.Context, st *memstore.Store, keys []string) 
 		}
 	}
 	dst := make([]byte, len(keys)*part)
-	span := len(c.d.Layers) / 2 * c.d.HeadDims[0] * c.d.ItemSize // layers 0-39 of a token of one head
-	pitch, tokens := 2*span, c.d.PageSize
+	span, pitch, tokens := c.spans()
 	spans := func() {
 		o := 0
 		for _, v := range views {
