@@ -188,6 +188,28 @@ $`, stdout)
 	}
 }
 
+// read --copy-workers: any count reads the same verified pages; a
+// negative one is a usage error.
+func TestReadCopyWorkers(t *testing.T) {
+	const model = "layers=6,kv-heads=4,head-dim=16,v-head-dim=8,dtype=bf16,page=8"
+	code, _, stderr := runArgs("write", "--store", "mem://cmdworkers", "--model", model, "--src", "tp=4,layout=PLHD", "--pages", "4", "--prefix", "w")
+	require.Equal(t, 0, code, stderr)
+	for _, w := range []string{"0", "1", "3"} {
+		code, stdout, stderr := runArgs("read", "--store", "mem://cmdworkers", "--model", model, "--dst", "tp=2,pp=2,layout=page_first,rank=1/1",
+			"--pages", "4", "--prefix", "w", "--verify", "--json", "--strategy", "staged", "--copy-workers", w)
+		require.Equal(t, 0, code, stderr)
+		var got readJSON
+		require.NoError(t, json.Unmarshal([]byte(stdout), &got))
+		// 3 layers x 2 heads x 8 tokens x (16+8) x 2 bytes a page.
+		require.Equal(t, readJSON{Requested: 4, Hit: 4, Verified: true, Bytes: 4 * 2304, Ops: got.Ops, Seconds: got.Seconds, GBps: got.GBps}, got)
+	}
+	code, stdout, stderr := runArgs("read", "--store", "mem://cmdworkers", "--model", model, "--dst", "tp=2,pp=2,layout=page_first,rank=1/1",
+		"--pages", "4", "--prefix", "w", "--copy-workers", "-2")
+	require.Equal(t, 2, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "kvreshard read: --copy-workers: -2; want 0 (GOMAXPROCS) or more\n", stderr)
+}
+
 // read --verify exits 1 and names the first wrong element when a stored
 // byte is wrong.
 func TestReadDetectsWrongByte(t *testing.T) {

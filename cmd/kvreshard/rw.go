@@ -129,8 +129,12 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	strategy := fs.String("strategy", "auto", "how to move the bytes: direct, scatter, staged or auto (the store's cost model chooses)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts")
+	workers := fs.Int("copy-workers", 0, "goroutines that run the copies of staged pages (0: GOMAXPROCS)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *workers < 0 {
+		return usagef("--copy-workers: %d; want 0 (GOMAXPROCS) or more", *workers)
 	}
 	ms, tss, err := parseSpecs(*kvl, *model, topoFlag{"--dst", *dst, true})
 	if err != nil {
@@ -158,6 +162,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ropts.CopyWorkers = *workers
 	rd, err := reshard.NewReader(st, domain, d, b, ropts)
 	if err != nil {
 		return usagef("--dst: %v", err)

@@ -58,15 +58,33 @@ func BenchmarkRead(b *testing.B) {
 				b.Run(strategy.name, func(b *testing.B) {
 					opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: strategy.s, Transport: &s.transport}}
 					resh, rregions := newReader(b, st, like70B, placement.Topology{TP: 4, PP: 2}, placement.Rank{}, "page_first", benchPages, opts)
-					benchPair(b, keys, resh, rregions, ident, iregions)
+					benchPair(b, keys, [2]string{"resharded", "identity"}, resh, rregions, ident, iregions)
 				})
 			}
 		})
 	}
 }
 
-// benchPair times reads of keys by resh and by ident, alternating.
-func benchPair(b *testing.B, keys []string, resh *reshard.Reader, rregions [][]byte, ident *reshard.Reader, iregions [][]byte) {
+// BenchmarkCopyWorkers reads benchPages pages of the memory store, as the
+// resharding reader of BenchmarkRead with auto (whole parts viewed, the
+// copy kernels moving the bytes), on GOMAXPROCS copy workers and on one,
+// alternating, and reports each one's GB/s and the ratio
+// parallel/serial.
+func BenchmarkCopyWorkers(b *testing.B) {
+	st := memstore.New()
+	keys := content.PageKeys("bench-workers", like70B.Domain(), benchPages)
+	writeAll(b, st, like70B, placement.Topology{TP: 8, PP: 1}, "PLHD", keys)
+	tr := plan.MemoryTransport()
+	opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto, Transport: &tr}}
+	par, pregions := newReader(b, st, like70B, placement.Topology{TP: 4, PP: 2}, placement.Rank{}, "page_first", benchPages, opts)
+	opts.CopyWorkers = 1
+	ser, sregions := newReader(b, st, like70B, placement.Topology{TP: 4, PP: 2}, placement.Rank{}, "page_first", benchPages, opts)
+	benchPair(b, keys, [2]string{"parallel", "serial"}, par, pregions, ser, sregions)
+}
+
+// benchPair times reads of keys by resh and by ident, alternating, and
+// reports their metrics under names[0] and names[1].
+func benchPair(b *testing.B, keys []string, names [2]string, resh *reshard.Reader, rregions [][]byte, ident *reshard.Reader, iregions [][]byte) {
 	slots := iota(len(keys))
 	ctx := context.Background()
 	read := func(rd *reshard.Reader, regions [][]byte) (reshard.Result, time.Duration) {
@@ -105,11 +123,12 @@ func benchPair(b *testing.B, keys []string, resh *reshard.Reader, rregions [][]b
 	}
 	bytes := float64(n) * float64(rr.Bytes)
 	pages := float64(n * len(keys))
-	b.ReportMetric(bytes/tr.Seconds()/1e9, "resharded-GB/s")
-	b.ReportMetric(bytes/ti.Seconds()/1e9, "identity-GB/s")
-	b.ReportMetric(pages/tr.Seconds(), "resharded-pages/s")
-	b.ReportMetric(pages/ti.Seconds(), "identity-pages/s")
-	b.ReportMetric(ti.Seconds()/tr.Seconds(), "resharded/identity")
-	b.ReportMetric(float64(rr.Ops)/float64(len(keys)), "resharded-ops/page")
-	b.ReportMetric(float64(ir.Ops)/float64(len(keys)), "identity-ops/page")
+	r, i := names[0], names[1]
+	b.ReportMetric(bytes/tr.Seconds()/1e9, r+"-GB/s")
+	b.ReportMetric(bytes/ti.Seconds()/1e9, i+"-GB/s")
+	b.ReportMetric(pages/tr.Seconds(), r+"-pages/s")
+	b.ReportMetric(pages/ti.Seconds(), i+"-pages/s")
+	b.ReportMetric(ti.Seconds()/tr.Seconds(), r+"/"+i)
+	b.ReportMetric(float64(rr.Ops)/float64(len(keys)), r+"-ops/page")
+	b.ReportMetric(float64(ir.Ops)/float64(len(keys)), i+"-ops/page")
 }

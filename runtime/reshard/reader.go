@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -22,7 +23,17 @@ type ReaderOptions struct {
 	// it are not read (0: no limit).
 	MaxPages int
 	MaxBytes int
+	// CopyWorkers bounds the goroutines that run the copies of a Read's
+	// staged pages, the calling one included: 0 means GOMAXPROCS, 1 runs
+	// every copy on the calling goroutine. Copies of less than 1 MiB in
+	// all run on the calling goroutine.
+	CopyWorkers int
 }
+
+// parallelCopyBytes is the size of a group of staged copies from which a
+// reader runs it on several goroutines: starting a goroutine costs about
+// a microsecond, copying 1 MiB 50-100. A variable only for the tests.
+var parallelCopyBytes = 1 << 20
 
 // Stats are a reader's counters.
 type Stats struct {
@@ -62,6 +73,12 @@ func NewReader(st store.Store, domain string, d *manifest.Descriptor, b plan.Bin
 	}
 	if opts.Manifests <= 0 {
 		opts.Manifests = 64
+	}
+	if opts.CopyWorkers < 0 {
+		return nil, fmt.Errorf("copy workers: %d; want 0 (GOMAXPROCS) or more", opts.CopyWorkers)
+	}
+	if opts.CopyWorkers == 0 {
+		opts.CopyWorkers = runtime.GOMAXPROCS(0)
 	}
 	r := &Reader{st: st, domain: domain, planner: p, opts: opts, manifests: lru.New[*manifest.Manifest](opts.Manifests)}
 	r.stages.New = func() any { return new([]byte) }
@@ -194,8 +211,9 @@ func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [
 // staged round take room in the staging buffer, and when a round does not
 // fit, the batch so far is read and its rounds are copied out first. A
 // store that lends its parts (store.Viewer) has no staged reads: the copies
-// run from its bytes. A page counts once every range of it is read and
-// every copy of it done.
+// run from its bytes. The copies wait in a queue until the batch is read
+// or a read fails, and then run together, on up to CopyWorkers goroutines.
+// A page counts once every range of it is read and every copy of it done.
 type exec struct {
 	r       *Reader
 	ctx     context.Context
@@ -214,8 +232,18 @@ type exec struct {
 	used   int      // staging bytes the batch uses
 	views  [][]byte // the reads of a page a store lends (view)
 
+	copies    []copyJob // queued, in page order
+	copyBytes int       // their source bytes
+	ready     int       // pages read in full once the queued copies run
+
 	hit int   // pages read in full
 	err error // why the reads stopped
+}
+
+// copyJob is the copy of staged read k of page, whose bytes are src.
+type copyJob struct {
+	page, k int
+	src     []byte
 }
 
 // unit is a run of ranges of one page that ends at end: the whole page, or
@@ -246,14 +274,15 @@ func (r *Reader) newExec(ctx context.Context, tpls []*plan.Plan, keys []string, 
 		b.segs = make([][]byte, 0, ns)
 	}
 	return &exec{r: r, ctx: ctx, tpls: tpls, keys: keys, slots: slots, regions: regions,
-		bufs: b, ranges: b.ranges[:0], segs: b.segs[:0], delta: make([]int, len(regions))}
+		bufs: b, ranges: b.ranges[:0], segs: b.segs[:0], copies: b.copies[:0], delta: make([]int, len(regions))}
 }
 
-// execBufs are the ranges and segments of a request, reused by the next
-// (a large request has a range or segment per run of every page).
+// execBufs are the ranges, segments and copies of a request, reused by
+// the next (a large request has a range or segment per run of every page).
 type execBufs struct {
 	ranges []store.Range
 	segs   [][]byte
+	copies []copyJob
 }
 
 // add adds the ranges of page i, reading the batch first when the page's
@@ -329,7 +358,7 @@ func (x *exec) add(i int) bool {
 // leaves its slot untouched. It returns false when a part could not be
 // viewed.
 func (x *exec) view(v store.Viewer, i int, mk string) bool {
-	if !x.flush() {
+	if x.start < len(x.ranges) && !x.flush() {
 		return false
 	}
 	t, key := x.tpls[i], x.keys[i]
@@ -348,12 +377,60 @@ func (x *exec) view(v store.Viewer, i int, mk string) bool {
 		x.views = append(x.views, b[rd.Src:rd.Src+rd.Len])
 	}
 	for k, b := range x.views {
-		x.r.planner.CopyStaged(t, k, b, x.regions, x.slots[i])
+		x.queue(i, k, b)
 	}
 	clear(x.views)
-	x.hit = i + 1
+	x.ready = i + 1
 	return true
 }
+
+// queue queues the copy of staged read k of page i from src.
+func (x *exec) queue(i, k int, src []byte) {
+	x.copies = append(x.copies, copyJob{page: i, k: k, src: src})
+	x.copyBytes += len(src)
+}
+
+// runCopies runs the queued copies and counts the pages they complete.
+// From parallelCopyBytes it splits them, in order, into shares of about
+// equal bytes, one a worker: the copies of a request write disjoint bytes
+// of the pool (its pages have distinct slots, and the plans are proven to
+// write no byte twice).
+func (x *exec) runCopies() {
+	jobs := x.copies
+	w := min(x.r.opts.CopyWorkers, len(jobs))
+	if x.copyBytes < parallelCopyBytes {
+		w = 1
+	}
+	run := func(js []copyJob) {
+		for _, j := range js {
+			x.r.planner.CopyStaged(x.tpls[j.page], j.k, j.src, x.regions, x.slots[j.page])
+		}
+	}
+	// Share s starts at the first job with s/w of the bytes before it;
+	// the calling goroutine runs the last.
+	var wg sync.WaitGroup
+	first, s, before := 0, 1, 0
+	for i, j := range jobs {
+		if s < w && before*w >= s*x.copyBytes {
+			share := jobs[first:i]
+			wg.Go(func() { run(share) })
+			first, s = i, s+1
+		}
+		before += len(j.src)
+	}
+	if testHookCopyWorkers != nil && len(jobs) > 0 {
+		testHookCopyWorkers(s)
+	}
+	run(jobs[first:])
+	wg.Wait()
+	clear(x.copies)
+	x.copies, x.copyBytes = x.copies[:0], 0
+	x.hit = x.ready
+}
+
+// testHookCopyWorkers, when set, is called with the goroutines that ran
+// each group of copies.
+var testHookCopyWorkers func(workers int)
 
 // stageNeed is the staging buffer the request needs: every staging round
 // of its pages, up to the planner's bound (each round fits the bound).
@@ -375,14 +452,15 @@ func (x *exec) stageNeed() int {
 	return min(need, x.r.planner.StageBound())
 }
 
-// flush reads the batch, runs the copies of the staged rounds read in
-// full, and counts the pages done. It returns false when a read failed.
+// flush reads the batch, runs the queued copies and those of the staged
+// rounds read in full, and counts the pages done. It returns false when a
+// read failed.
 func (x *exec) flush() bool {
 	batch := x.ranges[x.start:]
-	if len(batch) == 0 {
-		return true
+	done, err := 0, error(nil)
+	if len(batch) > 0 {
+		done, err = x.r.st.ReadRanges(x.ctx, batch)
 	}
-	done, err := x.r.st.ReadRanges(x.ctx, batch)
 	for _, u := range x.units {
 		if u.end-x.start > done {
 			break
@@ -391,12 +469,13 @@ func (x *exec) flush() bool {
 		for k := u.reads[0]; k < u.reads[1]; k++ {
 			rd := &t.Reads[k]
 			s := u.base + rd.Stage
-			x.r.planner.CopyStaged(t, k, (*x.stage)[s:s+rd.Len], x.regions, x.slots[u.page])
+			x.queue(u.page, k, (*x.stage)[s:s+rd.Len])
 		}
 		if u.last {
-			x.hit = u.page + 1
+			x.ready = u.page + 1
 		}
 	}
+	x.runCopies()
 	x.units, x.start, x.used = x.units[:0], len(x.ranges), 0
 	if done < len(batch) {
 		if err == nil {
@@ -408,8 +487,9 @@ func (x *exec) flush() bool {
 	return true
 }
 
-// release returns the staging buffer and the range and segment buffers,
-// which drop their references to the pool first.
+// release returns the staging buffer and the range, segment and copy
+// buffers, which drop their references to the pool first (runCopies
+// clears the copies).
 func (x *exec) release() {
 	if x.stage != nil {
 		x.r.stages.Put(x.stage)
@@ -417,7 +497,7 @@ func (x *exec) release() {
 	}
 	clear(x.ranges)
 	clear(x.segs)
-	x.bufs.ranges, x.bufs.segs = x.ranges[:0], x.segs[:0]
+	x.bufs.ranges, x.bufs.segs, x.bufs.copies = x.ranges[:0], x.segs[:0], x.copies[:0]
 	x.r.bufs.Put(x.bufs)
 	x.bufs = nil
 }

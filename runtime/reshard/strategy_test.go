@@ -92,33 +92,36 @@ func TestStagedFailedReadReportsPrefix(t *testing.T) {
 		writeAll(t, st, small, tp4pp1, "PLHD", keys)
 		// Rank 0/0 of TP 2 x PP 2 needs heads 0 and 1: parts 0 and 1, of
 		// 2304 bytes each, read whole.
-		opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, StageBytes: 4608, MaxGap: 4096}}
-		for _, b := range []int{0, 1, 2} {
-			for _, k := range []int{0, 1} {
-				t.Run(fmt.Sprintf("batch %d range %d", b, k), func(t *testing.T) {
-					sp := newSpy(st)
-					calls := 0
-					sp.readRanges = func(ctx context.Context, rs []store.Range) (int, error) {
-						require.Len(t, rs, 2)
-						require.Equal(t, 2304, rs[0].Len())
-						calls++
-						if calls-1 < b {
-							return st.ReadRanges(ctx, rs)
+		reshard.SetParallelCopy(t, 0, nil)
+		for _, w := range []int{1, 4} {
+			opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, StageBytes: 4608, MaxGap: 4096}, CopyWorkers: w}
+			for _, b := range []int{0, 1, 2} {
+				for _, k := range []int{0, 1} {
+					t.Run(fmt.Sprintf("%d workers/batch %d range %d", w, b, k), func(t *testing.T) {
+						sp := newSpy(st)
+						calls := 0
+						sp.readRanges = func(ctx context.Context, rs []store.Range) (int, error) {
+							require.Len(t, rs, 2)
+							require.Equal(t, 2304, rs[0].Len())
+							calls++
+							if calls-1 < b {
+								return st.ReadRanges(ctx, rs)
+							}
+							n, err := st.ReadRanges(ctx, rs[:k])
+							require.NoError(t, err)
+							return n, errLinkDown
 						}
-						n, err := st.ReadRanges(ctx, rs[:k])
+						rd, regions := newReader(t, sp, small, tp2pp2, placement.Rank{}, "page_first", 3, opts)
+						before := clone(regions)
+						slots := []int{2, 0, 1}
+						res, err := rd.Read(context.Background(), keys, slots, regions)
 						require.NoError(t, err)
-						return n, errLinkDown
-					}
-					rd, regions := newReader(t, sp, small, tp2pp2, placement.Rank{}, "page_first", 3, opts)
-					before := clone(regions)
-					slots := []int{2, 0, 1}
-					res, err := rd.Read(context.Background(), keys, slots, regions)
-					require.NoError(t, err)
-					require.Equal(t, b+1, calls)
-					require.EqualError(t, res.Stop, fmt.Sprintf("page %s: link down", keys[b]))
-					require.Equal(t, reshard.Result{Hit: b, Bytes: b * rd.Geometry().PageBytes, Ops: 2 * b, Stop: res.Stop}, res)
-					checkPool(t, rd.Geometry(), before, regions, keys, slots, res.Hit)
-				})
+						require.Equal(t, b+1, calls)
+						require.EqualError(t, res.Stop, fmt.Sprintf("page %s: link down", keys[b]))
+						require.Equal(t, reshard.Result{Hit: b, Bytes: b * rd.Geometry().PageBytes, Ops: 2 * b, Stop: res.Stop}, res)
+						checkPool(t, rd.Geometry(), before, regions, keys, slots, res.Hit)
+					})
+				}
 			}
 		}
 	})

@@ -103,35 +103,39 @@ func TestReadViews(t *testing.T) {
 
 // TestViewFailureReportsPrefix fails the view of part k of page b: the
 // pages before it are read, nothing of page b reaches the pool (its views
-// are all taken before any copy), and the error names the page.
+// are all taken before any copy), and the error names the page; with one
+// copy worker and with several.
 func TestViewFailureReportsPrefix(t *testing.T) {
 	st := memstore.New()
 	keys := content.PageKeys("view-prefix", small.Domain(), 3)
 	writeAll(t, st, small, tp4pp1, "PLHD", keys)
-	opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 4096}}
-	for _, b := range []int{0, 1, 2} {
-		for _, k := range []int{0, 1} {
-			t.Run(fmt.Sprintf("page %d part %d", b, k), func(t *testing.T) {
-				vs := newViewSpy(st)
-				views := 0
-				vs.viewPart = func(ctx context.Context, key string, part int, manifest string) ([]byte, error) {
-					views++
-					if key == keys[b] && part == k {
-						return nil, errLinkDown
+	reshard.SetParallelCopy(t, 0, nil)
+	for _, w := range []int{1, 4} {
+		opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 4096}, CopyWorkers: w}
+		for _, b := range []int{0, 1, 2} {
+			for _, k := range []int{0, 1} {
+				t.Run(fmt.Sprintf("%d workers/page %d part %d", w, b, k), func(t *testing.T) {
+					vs := newViewSpy(st)
+					views := 0
+					vs.viewPart = func(ctx context.Context, key string, part int, manifest string) ([]byte, error) {
+						views++
+						if key == keys[b] && part == k {
+							return nil, errLinkDown
+						}
+						return st.ViewPart(ctx, key, part, manifest)
 					}
-					return st.ViewPart(ctx, key, part, manifest)
-				}
-				// Rank 0/0 of TP 2 x PP 2 needs parts 0 and 1 of each page.
-				rd, regions := newReader(t, vs, small, tp2pp2, placement.Rank{}, "page_first", 3, opts)
-				before := clone(regions)
-				slots := []int{2, 0, 1}
-				res, err := rd.Read(context.Background(), keys, slots, regions)
-				require.NoError(t, err)
-				require.Equal(t, 2*b+k+1, views)
-				require.EqualError(t, res.Stop, fmt.Sprintf("page %s: link down", keys[b]))
-				require.Equal(t, reshard.Result{Hit: b, Bytes: b * rd.Geometry().PageBytes, Ops: 2 * b, Stop: res.Stop}, res)
-				checkPool(t, rd.Geometry(), before, regions, keys, slots, res.Hit)
-			})
+					// Rank 0/0 of TP 2 x PP 2 needs parts 0 and 1 of each page.
+					rd, regions := newReader(t, vs, small, tp2pp2, placement.Rank{}, "page_first", 3, opts)
+					before := clone(regions)
+					slots := []int{2, 0, 1}
+					res, err := rd.Read(context.Background(), keys, slots, regions)
+					require.NoError(t, err)
+					require.Equal(t, 2*b+k+1, views)
+					require.EqualError(t, res.Stop, fmt.Sprintf("page %s: link down", keys[b]))
+					require.Equal(t, reshard.Result{Hit: b, Bytes: b * rd.Geometry().PageBytes, Ops: 2 * b, Stop: res.Stop}, res)
+					checkPool(t, rd.Geometry(), before, regions, keys, slots, res.Hit)
+				})
+			}
 		}
 	}
 }

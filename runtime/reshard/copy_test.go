@@ -1,0 +1,109 @@
+package reshard_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/placement"
+	"github.com/kvreshard/kvreshard/runtime/plan"
+	"github.com/kvreshard/kvreshard/runtime/reshard"
+	"github.com/kvreshard/kvreshard/runtime/store"
+	"github.com/kvreshard/kvreshard/runtime/store/memstore"
+)
+
+// TestCopyWorkers reads staged pages with 1 to 8 copy workers, from a
+// store that lends its parts and through range reads, and checks every
+// byte of the pool, that each group of copies ran on as many workers as
+// it was allowed (and had copies for), and that the pool is the one a
+// single worker fills.
+func TestCopyWorkers(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		groups []int // workers of each group of copies
+	)
+	reshard.SetParallelCopy(t, 0, func(w int) {
+		mu.Lock()
+		groups = append(groups, w)
+		mu.Unlock()
+	})
+	mem := memstore.New()
+	keys := content.PageKeys("workers", small.Domain(), 12)
+	m := writeAll(t, mem, small, tp4pp1, "PLHD", keys)
+	slots := []int{5, 0, 11, 3, 7, 1, 10, 2, 9, 4, 8, 6}
+	for _, c := range []struct {
+		name string
+		st   store.Store
+		opts plan.Options
+		one  bool // the copies of the request run as one group
+	}{
+		{"views", mem, plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}, true},
+		{"ranges", newSpy(mem), plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}, true},
+		{"ranges small bound", newSpy(mem), plan.Options{Strategy: plan.Staged, StageBytes: 1000, MaxGap: 64}, false},
+	} {
+		var want [][]byte // the pool of one worker
+		for _, w := range []int{1, 2, 3, 8} {
+			t.Run(fmt.Sprintf("%s/%d workers", c.name, w), func(t *testing.T) {
+				groups = nil
+				// Rank 0/0 of TP 2 x PP 2 needs parts 0 and 1 of each page.
+				rd, regions := newReader(t, c.st, small, tp2pp2, placement.Rank{}, "page_first", len(slots),
+					reshard.ReaderOptions{Plan: c.opts, CopyWorkers: w})
+				before := clone(regions)
+				res, err := rd.Read(context.Background(), keys, slots, regions)
+				require.NoError(t, err)
+				require.NoError(t, res.Stop)
+				require.Equal(t, len(keys), res.Hit)
+				checkPool(t, rd.Geometry(), before, regions, keys, slots, res.Hit)
+				if want == nil {
+					want = regions
+				}
+				require.Equal(t, want, regions)
+
+				tpl, err := rd.Planner().Template(m)
+				require.NoError(t, err)
+				reads := len(keys) * len(tpl.Reads)
+				if c.one {
+					require.Equal(t, []int{min(w, reads)}, groups)
+					return
+				}
+				require.Greater(t, len(groups), 1)
+				for _, g := range groups {
+					require.LessOrEqual(t, g, w)
+				}
+				if w > 1 {
+					require.Greater(t, max(groups[0], groups[len(groups)-1]), 1)
+				}
+			})
+		}
+	}
+}
+
+// TestCopyWorkersSerialBelowBound: a group of copies under the parallel
+// bound (1 MiB outside the tests) runs on the calling goroutine.
+func TestCopyWorkersSerialBelowBound(t *testing.T) {
+	var groups []int
+	reshard.SetParallelCopy(t, 1<<20, func(w int) { groups = append(groups, w) })
+	st := memstore.New()
+	keys := content.PageKeys("workers-small", small.Domain(), 4)
+	writeAll(t, st, small, tp4pp1, "PLHD", keys)
+	rd, regions := newReader(t, st, small, tp2pp2, placement.Rank{}, "page_first", 4,
+		reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}, CopyWorkers: 4})
+	before := clone(regions)
+	res, err := rd.Read(context.Background(), keys, iota(4), regions)
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Hit)
+	checkPool(t, rd.Geometry(), before, regions, keys, iota(4), 4)
+	require.Equal(t, []int{1}, groups)
+}
+
+// TestCopyWorkersNegative: a negative worker count is refused.
+func TestCopyWorkersNegative(t *testing.T) {
+	b, err := plan.BindingFor(&small.Descriptor, tp2pp2, placement.Rank{}, builtin(t, "page_first"), 1)
+	require.NoError(t, err)
+	_, err = reshard.NewReader(memstore.New(), small.Domain(), &small.Descriptor, b, reshard.ReaderOptions{CopyWorkers: -1})
+	require.EqualError(t, err, "copy workers: -1; want 0 (GOMAXPROCS) or more")
+}
