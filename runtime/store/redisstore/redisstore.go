@@ -180,7 +180,11 @@ const (
 	maxBatchBytes = 8 << 20
 )
 
-// WriteParts implements store.Store.
+// WriteParts implements store.Store. A pipeline of writes that meets a
+// failed connection (the server restarted, or a proxy dropped an idle
+// connection) is sent again, as reads are: writeScript keeps the part a
+// first attempt wrote, so sending it again changes nothing, except that
+// a page the first attempt completed reports store.ErrComplete.
 func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 	errs := make([]error, len(ws))
 	var (
@@ -226,7 +230,7 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 		}
 		meta, prefix := pageKeys(w.Key)
 		part := strconv.Itoa(w.Part)
-		calls = append(calls, call{s: writer, keys: []string{meta, prefix + part},
+		calls = append(calls, call{s: writer, retry: true, keys: []string{meta, prefix + part},
 			args: []string{w.Manifest, strconv.Itoa(w.Parts), part, data.String(), s.ttl, prefix}})
 		idx = append(idx, i)
 		if bytes += w.Size(); bytes >= maxBatchBytes || len(calls) >= maxBatchCmds {
@@ -239,7 +243,7 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 
 func stateCall(key string) call {
 	meta, prefix := pageKeys(key)
-	return call{s: state, readOnly: true, keys: []string{meta}, args: []string{prefix}}
+	return call{s: state, retry: true, keys: []string{meta}, args: []string{prefix}}
 }
 
 // decodeState decodes a reply of stateScript: nil for an object that is not

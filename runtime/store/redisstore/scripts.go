@@ -109,11 +109,15 @@ var (
 // call is one command of a pipeline: a script call (s set) or a plain
 // command.
 type call struct {
-	s        *script
-	readOnly bool // the script only reads: the client may retry it
-	keys     []string
-	args     []string
-	cmd      rueidis.Completed
+	s    *script
+	keys []string
+	args []string
+	cmd  rueidis.Completed
+	// retry marks a call that is safe to send again after a connection
+	// failed, whether or not the server ran it: a script that only
+	// reads, or writeScript (see WriteParts). The client then sends it
+	// again, twice at most, 20 ms apart.
+	retry bool
 }
 
 func (c *call) build(b rueidis.Builder, eval bool) rueidis.Completed {
@@ -126,7 +130,7 @@ func (c *call) build(b rueidis.Builder, eval bool) rueidis.Completed {
 	default:
 		cmd = b.Evalsha().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
 	}
-	if c.readOnly {
+	if c.retry {
 		cmd = cmd.ToRetryable()
 	}
 	return cmd
