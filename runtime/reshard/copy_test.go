@@ -52,12 +52,7 @@ func TestCopyWorkers(t *testing.T) {
 				// Rank 0/0 of TP 2 x PP 2 needs parts 0 and 1 of each page.
 				rd, regions := newReader(t, c.st, small, tp2pp2, placement.Rank{}, "page_first", len(slots),
 					reshard.ReaderOptions{Plan: c.opts, CopyWorkers: w})
-				before := clone(regions)
-				res, err := rd.Read(context.Background(), keys, slots, regions)
-				require.NoError(t, err)
-				require.NoError(t, res.Stop)
-				require.Equal(t, len(keys), res.Hit)
-				checkPool(t, rd.Geometry(), before, regions, keys, slots, res.Hit)
+				readAll(t, rd, keys, slots, regions)
 				if want == nil {
 					want = regions
 				}

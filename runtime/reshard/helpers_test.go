@@ -141,6 +141,19 @@ func newReader(t testing.TB, st store.Store, mo manifest.Model, topo placement.T
 	return rd, regions
 }
 
+// readAll reads keys into slots with rd, requires every page read, and
+// checks every byte of the pool (checkPool).
+func readAll(t testing.TB, rd *reshard.Reader, keys []string, slots []int, regions [][]byte) reshard.Result {
+	t.Helper()
+	before := clone(regions)
+	res, err := rd.Read(context.Background(), keys, slots, regions)
+	require.NoError(t, err)
+	require.NoError(t, res.Stop)
+	require.Equal(t, len(keys), res.Hit)
+	checkPool(t, rd.Geometry(), before, regions, keys, slots, res.Hit)
+	return res
+}
+
 func clone(regions [][]byte) [][]byte {
 	out := make([][]byte, len(regions))
 	for i, r := range regions {

@@ -52,12 +52,7 @@ func TestReadStrategies(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				sp := newSpy(st)
 				rd, regions := newReader(t, sp, small, tp2pp2, placement.Rank{TP: 1, PP: 1}, "page_first", len(slots), reshard.ReaderOptions{Plan: c.opts})
-				before := clone(regions)
-				res, err := rd.Read(context.Background(), keys, slots, regions)
-				require.NoError(t, err)
-				require.NoError(t, res.Stop)
-				require.Equal(t, len(keys), res.Hit)
-				checkPool(t, rd.Geometry(), before, regions, keys, slots, res.Hit)
+				res := readAll(t, rd, keys, slots, regions)
 				ops, strategies := 0, map[plan.Strategy]bool{}
 				for i := range keys {
 					tpl, err := rd.Planner().Template(mans[i])

@@ -63,12 +63,7 @@ func TestReadViews(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			vs := newViewSpy(st)
 			rd, regions := newReader(t, vs, small, tp2pp2, placement.Rank{TP: 1, PP: 1}, "page_first", len(slots), reshard.ReaderOptions{Plan: c.opts})
-			before := clone(regions)
-			res, err := rd.Read(context.Background(), keys, slots, regions)
-			require.NoError(t, err)
-			require.NoError(t, res.Stop)
-			require.Equal(t, len(keys), res.Hit)
-			checkPool(t, rd.Geometry(), before, regions, keys, slots, res.Hit)
+			res := readAll(t, rd, keys, slots, regions)
 
 			reads, wholeParts := 0, 0
 			for _, m := range mans {
