@@ -168,8 +168,8 @@ func (c *case70) memory(ctx context.Context, o *Options) ([]Figure, error) {
 		return nil, err
 	}
 	f := Figure{Name: "reshard_vs_identity_mem", Value: round(ratio), Unit: "x", Baseline: round(id.gbps()), BaselineUnit: "GB/s",
-		Detail: fmt.Sprintf("%d pages: TP 4/PP 2 rank 0/0 %.2f GB/s (%s, %d ops a page); TP 8 rank 0 %.2f GB/s (%s, %d ops a page)",
-			len(keys), rs.gbps(), rs.strategy, rs.ops, id.gbps(), id.strategy, id.ops)}
+		Detail: fmt.Sprintf("%d pages: TP 4/PP 2 rank 0/0 %.2f GB/s (%s, %d ops a page); TP 8 rank 0 %.2f GB/s (%s, %d ops a page); both copying on up to %d goroutines",
+			len(keys), rs.gbps(), rs.strategy, rs.ops, id.gbps(), id.strategy, id.ops, runtime.GOMAXPROCS(0))}
 	atLeast(&f, 0.8)
 	g, err := c.gapped(ctx, st, keys)
 	if err != nil {
