@@ -51,6 +51,10 @@ type Geometry struct {
 	PageBytes   int // bytes of one page in the binding, all regions
 }
 
+// MaxPoolBytes bounds the regions of a binding (1 PiB, past any host's
+// memory), so that no offset into them overflows.
+const MaxPoolBytes = 1 << 50
+
 // NewGeometry checks b against d.
 func NewGeometry(d *manifest.Descriptor, b Binding) (*Geometry, error) {
 	l := b.Layout
@@ -101,6 +105,9 @@ func NewGeometry(d *manifest.Descriptor, b Binding) (*Geometry, error) {
 				continue
 			}
 			n := extent(d, b, m, comps[0])
+			if size > MaxPoolBytes/d.ItemSize/n {
+				return nil, fmt.Errorf("pool %s of %d slots is more than %d bytes", l.Name, b.Slots, MaxPoolBytes)
+			}
 			size *= n
 			switch {
 			case m.Axis == compiler.S:

@@ -199,6 +199,7 @@ func TestIncompatibleManifest(t *testing.T) {
 func TestBindingErrors(t *testing.T) {
 	cl := custom(t)
 	pf := builtin(t, "page_first")
+	lf := builtin(t, "layer_first")
 	d := desc(4, 4, []int{8, 8}, "bf16", 4)
 	kv := desc(4, 4, []int{8, 4}, "bf16", 4)
 	odd := desc(4, 4, []int{6, 6}, "bf16", 3)
@@ -219,6 +220,8 @@ func TestBindingErrors(t *testing.T) {
 		{"negative head start", d, plan.Binding{Layout: pf, Layers: []int{0}, HeadStart: -1, Heads: 2, Slots: 1}, "binding heads [-1,1) are not inside the model's 4 KV heads"},
 		{"zero slots", d, plan.Binding{Layout: pf, Layers: []int{0}, Heads: 1}, "pool page_first has 0 slots; it needs at least one"},
 		{"negative slots", d, plan.Binding{Layout: cl["host"], Layers: []int{0}, Heads: 1, Slots: -2}, "pool host has -2 slots; it needs at least one"},
+		{"pool past MaxPoolBytes", d, plan.Binding{Layout: pf, Layers: []int{0}, Heads: 1, Slots: math.MaxInt}, "pool page_first of 9223372036854775807 slots is more than 1125899906842624 bytes"},
+		{"pool past MaxPoolBytes, layer_first", d, plan.Binding{Layout: lf, Layers: []int{0, 1}, Heads: 2, Slots: 1 << 48}, "pool layer_first of 281474976710656 slots is more than 1125899906842624 bytes"},
 		{"k and v dims differ, C inside", kv, plan.Binding{Layout: cl["host"], Layers: []int{0}, Heads: 1, Slots: 1},
 			"layout host interleaves components (C is not outermost), so K and V head dims must be equal, not [8 4]"},
 		{"k and v dims differ, part", kv, plan.Binding{Layout: cl["flash"], Layers: []int{0}, Heads: 1},
