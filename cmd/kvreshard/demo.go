@@ -60,6 +60,9 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	d := &ms.model.Descriptor
+	if err := checkPages("--pages", *pages, d.PageBytes()); err != nil {
+		return err
+	}
 	domain := ms.model.Domain()
 	fmt.Fprintf(stdout, "kvreshard demo: store %s\n", url)
 	fmt.Fprintf(stdout, "model: %d layers, %d KV heads, K/V head dims %d/%d, %s, page %d tokens (%d bytes a page)\n",

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -292,4 +293,43 @@ func TestReadExitCodes(t *testing.T) {
 	require.Equal(t, 0, res.Hit)
 	require.True(t, strings.HasPrefix(res.Stop, "page "+keys[0]+": manifest "), res.Stop)
 	require.Equal(t, "kvreshard read: read 0 of 2 pages: "+res.Stop+"\n", stderr)
+}
+
+// Flags that would make a command allocate more than the machine has are
+// usage errors, before anything is written: more layers than maxLayers,
+// pools past plan.MaxPoolBytes, and more pages than fit in memory
+// (checked where the memory is known).
+func TestTooLarge(t *testing.T) {
+	code, stdout, stderr := runArgs("plan", "--model", "layers=300000000,kv-heads=4,head-dim=8,dtype=fp32,page=16",
+		"--src", "tp=1,layout=PLHD", "--dst", "tp=1,rank=0/0,layout=page_first")
+	require.Equal(t, 2, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "kvreshard plan: --model: layers=300000000 is more than 4096\n", stderr)
+
+	code, stdout, stderr = runArgs("plan", "--model", "layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16",
+		"--src", "tp=1,layout=PLHD", "--dst", "tp=1,rank=0/0,layout=page_first,slots=9223372036854775807,slot=1")
+	require.Equal(t, 2, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "kvreshard plan: --dst: pool page_first of 9223372036854775807 slots is more than 1125899906842624 bytes\n", stderr)
+
+	mem := physicalMemory()
+	if mem == 0 {
+		t.Skip("the machine's memory is not known here (no /proc/meminfo)")
+	}
+	const model = "layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16" // 16384 bytes a page
+	pages := strconv.Itoa(mem/8192 + 1)
+	for _, c := range []struct {
+		args      []string
+		pageBytes int
+	}{
+		{[]string{"write", "--store", "mem://toolarge", "--model", model, "--src", "tp=1,layout=PLHD"}, 16384},
+		{[]string{"read", "--store", "mem://toolarge", "--model", model, "--dst", "tp=2,rank=1/0,layout=page_first"}, 8192},
+		{[]string{"demo", "--store", "mem://toolarge"}, 147456},
+	} {
+		code, stdout, stderr := runArgs(append(c.args, "--pages", pages)...)
+		require.Equal(t, 2, code, stderr)
+		require.Empty(t, stdout)
+		require.Equal(t, fmt.Sprintf("kvreshard %s: --pages %s: %s pages of %d bytes do not fit in this machine's %d bytes of memory\n",
+			c.args[0], pages, pages, c.pageBytes, mem), stderr)
+	}
 }

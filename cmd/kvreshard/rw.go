@@ -71,6 +71,9 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 	if *pages < 1 {
 		return usagef("--pages is required and must be at least 1")
 	}
+	if err := checkPages("--pages", *pages, d.PageBytes()); err != nil {
+		return err
+	}
 	ranks := ts.topo.Ranks()
 	if *rankFlag != "" {
 		r, err := parseRank("--rank "+*rankFlag, *rankFlag, ts.topo)
@@ -150,6 +153,13 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	b, err := plan.BindingFor(d, ts.topo, ts.rank, ts.layout, *pages)
 	if err != nil {
 		return usagef("--dst: %v", err)
+	}
+	g, err := plan.NewGeometry(d, b)
+	if err != nil {
+		return usagef("--dst: %v", err)
+	}
+	if err := checkPages("--pages", *pages, g.PageBytes); err != nil {
+		return err
 	}
 	ctx := context.Background()
 	st, err := openStore(ctx, *storeURL)

@@ -62,6 +62,41 @@ func intValue(flag string, kv map[string]string, key string, def int, min int) (
 	return n, nil
 }
 
+// maxLayers bounds --model's layers, which are listed one by one: ten
+// times the deepest models'.
+const maxLayers = 1 << 12
+
+// checkPages returns a usage error when pages pages of pageBytes bytes
+// each, the least a command holds in memory at once, do not fit in this
+// machine's memory (where it is known), rather than let the allocation
+// kill the process.
+func checkPages(flag string, pages, pageBytes int) error {
+	total := physicalMemory()
+	if total <= 0 || pages <= total/max(pageBytes, 1) {
+		return nil
+	}
+	return usagef("%s %d: %d pages of %d bytes do not fit in this machine's %d bytes of memory", flag, pages, pages, pageBytes, total)
+}
+
+// physicalMemory returns the machine's memory in bytes, from /proc/meminfo
+// (Linux); 0 where it cannot tell.
+func physicalMemory() int {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil || kb <= 0 {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
 // modelSpec is a parsed --model flag.
 type modelSpec struct {
 	model manifest.Model
@@ -80,6 +115,9 @@ func parseModel(s string) (*modelSpec, error) {
 	layers, err := intValue(f, kv, "layers", -1, 1)
 	if err != nil {
 		return nil, err
+	}
+	if layers > maxLayers {
+		return nil, usagef("%s: layers=%d is more than %d", f, layers, maxLayers)
 	}
 	for i := 0; i < layers; i++ {
 		d.Layers = append(d.Layers, i)
