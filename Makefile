@@ -28,6 +28,8 @@ fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParse$$' ./dsl
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzOrder$$' ./dsl
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzDecode$$' ./runtime/manifest
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzSpecs$$' ./cmd/kvreshard
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParseURL$$' ./runtime/store/redisstore
 
 # bench runs the benchmark suite (figures against their baselines);
 # gobench the packages' Go benchmarks.
