@@ -40,6 +40,7 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/reshard"
 	"github.com/kvreshard/kvreshard/runtime/store"
 	_ "github.com/kvreshard/kvreshard/runtime/store/filestore"  // file:// URLs
+	_ "github.com/kvreshard/kvreshard/runtime/store/memstore"   // mem:// URLs (-role both only)
 	_ "github.com/kvreshard/kvreshard/runtime/store/redisstore" // redis:// URLs
 )
 

@@ -55,6 +55,15 @@ decode rank 0/1 (layers 4-7): read 4 of 6 pages, 262144 bytes in 8 reads, every 
 prefill rank 1/0 (heads 2-3): wrote its part of 0 of 4 pages in PLHD
 `, stdout)
 
+	// Both roles in one process, on the memory store: the same pages.
+	stdout, stderr, code = run("-store", "mem://serving")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, `prefill rank 0/0 (heads 0-1): wrote its part of 4 of 4 pages in PLHD
+prefill rank 1/0 (heads 2-3): wrote its part of 4 of 4 pages in PLHD
+decode rank 0/0 (layers 0-3): read 4 of 6 pages, 262144 bytes in 8 reads, every element verified; prefill resumes at token 64
+decode rank 0/1 (layers 4-7): read 4 of 6 pages, 262144 bytes in 8 reads, every element verified; prefill resumes at token 64
+`, stdout)
+
 	_, stderr, code = run("-role", "x")
 	require.Equal(t, 2, code)
 	require.Equal(t, "serving: -role \"x\": want prefill, decode or both\n", stderr)
