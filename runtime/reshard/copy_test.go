@@ -1,7 +1,6 @@
 package reshard_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -26,7 +25,7 @@ func TestCopyWorkers(t *testing.T) {
 		mu     sync.Mutex
 		groups []int // workers of each group of copies
 	)
-	reshard.SetParallelCopy(t, 0, func(w int) {
+	reshard.SetMinCopyShare(t, 0, func(w int) {
 		mu.Lock()
 		groups = append(groups, w)
 		mu.Unlock()
@@ -77,22 +76,25 @@ func TestCopyWorkers(t *testing.T) {
 	}
 }
 
-// TestCopyWorkersSerialBelowBound: a group of copies under the parallel
-// bound (1 MiB outside the tests) runs on the calling goroutine.
-func TestCopyWorkersSerialBelowBound(t *testing.T) {
-	var groups []int
-	reshard.SetParallelCopy(t, 1<<20, func(w int) { groups = append(groups, w) })
+// TestCopyWorkersMinShare: each worker is given at least the minimum
+// share (512 KiB outside the tests), so a small group of copies runs on
+// fewer workers than allowed, or on the calling goroutine alone.
+func TestCopyWorkersMinShare(t *testing.T) {
 	st := memstore.New()
-	keys := content.PageKeys("workers-small", small.Domain(), 4)
+	keys := content.PageKeys("workers-share", small.Domain(), 4)
 	writeAll(t, st, small, tp4pp1, "PLHD", keys)
-	rd, regions := newReader(t, st, small, tp2pp2, placement.Rank{}, "page_first", 4,
-		reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}, CopyWorkers: 4})
-	before := clone(regions)
-	res, err := rd.Read(context.Background(), keys, iota(4), regions)
-	require.NoError(t, err)
-	require.Equal(t, 4, res.Hit)
-	checkPool(t, rd.Geometry(), before, regions, keys, iota(4), 4)
-	require.Equal(t, []int{1}, groups)
+	// Rank 0/0 of TP 2 x PP 2 stages parts 0 and 1 of each page whole:
+	// 8 copies of 2304 bytes, 18432 in all.
+	for _, c := range []struct{ share, workers int }{{1 << 20, 1}, {18433, 1}, {9216, 2}, {4608, 4}, {1, 4}} {
+		t.Run(fmt.Sprintf("share %d", c.share), func(t *testing.T) {
+			var groups []int
+			reshard.SetMinCopyShare(t, c.share, func(w int) { groups = append(groups, w) })
+			rd, regions := newReader(t, st, small, tp2pp2, placement.Rank{}, "page_first", 4,
+				reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}, CopyWorkers: 4})
+			readAll(t, rd, keys, iota(4), regions)
+			require.Equal(t, []int{c.workers}, groups)
+		})
+	}
 }
 
 // TestCopyWorkersNegative: a negative worker count is refused.

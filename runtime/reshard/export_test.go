@@ -2,11 +2,11 @@ package reshard
 
 import "testing"
 
-// SetParallelCopy makes readers run groups of copies of minBytes and more
-// on several goroutines, and calls f with the workers of each group, until
-// t ends.
-func SetParallelCopy(t testing.TB, minBytes int, f func(workers int)) {
-	old := parallelCopyBytes
-	parallelCopyBytes, testHookCopyWorkers = minBytes, f
-	t.Cleanup(func() { parallelCopyBytes, testHookCopyWorkers = old, nil })
+// SetMinCopyShare makes readers give each copy worker at least minBytes
+// (1 when it is 0 or less), and calls f with the workers of each group of
+// copies, until t ends.
+func SetMinCopyShare(t testing.TB, minBytes int, f func(workers int)) {
+	old := minCopyShare
+	minCopyShare, testHookCopyWorkers = minBytes, f
+	t.Cleanup(func() { minCopyShare, testHookCopyWorkers = old, nil })
 }

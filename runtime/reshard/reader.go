@@ -25,15 +25,15 @@ type ReaderOptions struct {
 	MaxBytes int
 	// CopyWorkers bounds the goroutines that run the copies of a Read's
 	// staged pages, the calling one included: 0 means GOMAXPROCS, 1 runs
-	// every copy on the calling goroutine. Copies of less than 1 MiB in
-	// all run on the calling goroutine.
+	// every copy on the calling goroutine. Each worker is given at least
+	// 512 KiB to copy, so groups under 1 MiB run on the calling goroutine.
 	CopyWorkers int
 }
 
-// parallelCopyBytes is the size of a group of staged copies from which a
-// reader runs it on several goroutines: starting a goroutine costs about
-// a microsecond, copying 1 MiB 50-100. A variable only for the tests.
-var parallelCopyBytes = 1 << 20
+// minCopyShare is the least a copy worker is given, in source bytes:
+// starting a goroutine costs about a microsecond, copying 512 KiB 25-50.
+// A variable only for the tests.
+var minCopyShare = 512 << 10
 
 // Stats are a reader's counters.
 type Stats struct {
@@ -391,16 +391,13 @@ func (x *exec) queue(i, k int, src []byte) {
 }
 
 // runCopies runs the queued copies and counts the pages they complete.
-// From parallelCopyBytes it splits them, in order, into shares of about
-// equal bytes, one a worker: the copies of a request write disjoint bytes
-// of the pool (its pages have distinct slots, and the plans are proven to
-// write no byte twice).
+// It splits them, in order, into shares of about equal bytes, one a
+// worker, with at least minCopyShare bytes a share: the copies of a
+// request write disjoint bytes of the pool (its pages have distinct
+// slots, and the plans are proven to write no byte twice).
 func (x *exec) runCopies() {
 	jobs := x.copies
-	w := min(x.r.opts.CopyWorkers, len(jobs))
-	if x.copyBytes < parallelCopyBytes {
-		w = 1
-	}
+	w := min(x.r.opts.CopyWorkers, len(jobs), max(1, x.copyBytes/max(minCopyShare, 1)))
 	run := func(js []copyJob) {
 		for _, j := range js {
 			x.r.planner.CopyStaged(x.tpls[j.page], j.k, j.src, x.regions, x.slots[j.page])

@@ -87,7 +87,7 @@ func TestStagedFailedReadReportsPrefix(t *testing.T) {
 		writeAll(t, st, small, tp4pp1, "PLHD", keys)
 		// Rank 0/0 of TP 2 x PP 2 needs heads 0 and 1: parts 0 and 1, of
 		// 2304 bytes each, read whole.
-		reshard.SetParallelCopy(t, 0, nil)
+		reshard.SetMinCopyShare(t, 0, nil)
 		for _, w := range []int{1, 4} {
 			opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, StageBytes: 4608, MaxGap: 4096}, CopyWorkers: w}
 			for _, b := range []int{0, 1, 2} {

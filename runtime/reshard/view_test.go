@@ -104,7 +104,7 @@ func TestViewFailureReportsPrefix(t *testing.T) {
 	st := memstore.New()
 	keys := content.PageKeys("view-prefix", small.Domain(), 3)
 	writeAll(t, st, small, tp4pp1, "PLHD", keys)
-	reshard.SetParallelCopy(t, 0, nil)
+	reshard.SetMinCopyShare(t, 0, nil)
 	for _, w := range []int{1, 4} {
 		opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 4096}, CopyWorkers: w}
 		for _, b := range []int{0, 1, 2} {
