@@ -15,7 +15,7 @@ import (
 func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", stderr)
 	quick := fs.Bool("quick", false, "fewer pages and repetitions (about ten seconds)")
-	asJSON := fs.Bool("json", false, `print {"figures":[...]} instead of the table`)
+	asJSON := fs.Bool("json", false, `print {"machine":{...},"figures":[...]} instead of the table`)
 	calibrate := fs.Bool("calibrate", false, "measure the cost model of each store instead (op cost, segment cost, bandwidth)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -28,11 +28,14 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	m := bench.ThisMachine()
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(struct {
+			Machine bench.Machine  `json:"machine"`
 			Figures []bench.Figure `json:"figures"`
-		}{figs})
+		}{m, figs})
 	}
+	fmt.Fprintf(stdout, "machine: %s\n\n", m)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tvalue\tbaseline\ttarget\t")
 	for _, f := range figs {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -23,9 +24,13 @@ func TestBenchQuickJSON(t *testing.T) {
 	require.Equal(t, "bench: 0/6 kernels\nbench: 1/6 plans\nbench: 2/6 pages\nbench: 3/6 memory store\nbench: 4/6 file store\nbench: 5/6 redis store\nbench: 6/6 done\n", stderr)
 	require.Equal(t, 1, strings.Count(stdout, "\n"))
 	var out struct {
+		Machine bench.Machine    `json:"machine"`
 		Figures []map[string]any `json:"figures"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+	require.Equal(t, bench.ThisMachine(), out.Machine)
+	require.Equal(t, runtime.GOOS+"/"+runtime.GOARCH, out.Machine.OS)
+	require.Positive(t, out.Machine.CPUs)
 	var names []string
 	for _, f := range out.Figures {
 		names = append(names, f["name"].(string))
