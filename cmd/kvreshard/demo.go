@@ -36,6 +36,14 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 	if *pages < 1 {
 		return usagef("--pages %d: need at least one page", *pages)
 	}
+	ms, err := parseModel(demoModel)
+	if err != nil {
+		return err
+	}
+	d := &ms.model.Descriptor
+	if err := checkPages("--pages", *pages, d.PageBytes()); err != nil {
+		return err
+	}
 	ctx := context.Background()
 	url := *storeURL
 	if url == "" {
@@ -55,14 +63,6 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	ms, err := parseModel(demoModel)
-	if err != nil {
-		return err
-	}
-	d := &ms.model.Descriptor
-	if err := checkPages("--pages", *pages, d.PageBytes()); err != nil {
-		return err
-	}
 	domain := ms.model.Domain()
 	fmt.Fprintf(stdout, "kvreshard demo: store %s\n", url)
 	fmt.Fprintf(stdout, "model: %d layers, %d KV heads, K/V head dims %d/%d, %s, page %d tokens (%d bytes a page)\n",

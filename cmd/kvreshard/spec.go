@@ -62,8 +62,8 @@ func intValue(flag string, kv map[string]string, key string, def int, min int) (
 	return n, nil
 }
 
-// maxLayers bounds --model's layers, which are listed one by one: ten
-// times the deepest models'.
+// maxLayers bounds --model's layers, which are listed one by one: far
+// past the deepest models' (about 130).
 const maxLayers = 1 << 12
 
 // checkPages returns a usage error when pages pages of pageBytes bytes
