@@ -37,17 +37,7 @@ func readOptions(url, strategy string) (reshard.ReaderOptions, error) {
 	if err != nil {
 		return reshard.ReaderOptions{}, usagef("--strategy: %v", err)
 	}
-	name := "memory"
-	switch {
-	case strings.HasPrefix(url, "file:"):
-		name = "file"
-	case strings.HasPrefix(url, "redis"):
-		name = "redis"
-	}
-	t, err := plan.TransportNamed(name)
-	if err != nil {
-		return reshard.ReaderOptions{}, err
-	}
+	t := plan.StoreTransport(url)
 	return reshard.ReaderOptions{Plan: plan.Options{Strategy: st, Transport: &t}}, nil
 }
 

@@ -29,7 +29,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 
 	"github.com/kvreshard/kvreshard/layouts"
@@ -86,21 +85,9 @@ func run(role, url string) error {
 		}
 	}
 	if role != "prefill" {
-		return decode(ctx, st, transportOf(url))
+		return decode(ctx, st, plan.StoreTransport(url))
 	}
 	return nil
-}
-
-// transportOf returns the cost model of the store a URL names, which the
-// readers' planners use to choose how to move the bytes.
-func transportOf(url string) plan.Transport {
-	switch {
-	case strings.HasPrefix(url, "redis"):
-		return plan.RedisTransport()
-	case strings.HasPrefix(url, "mem:"):
-		return plan.MemoryTransport()
-	}
-	return plan.FileTransport()
 }
 
 // prompt returns n tokens of a made-up prompt; every call agrees on the

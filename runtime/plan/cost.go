@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 )
@@ -104,6 +105,19 @@ func RedisTransport() Transport {
 // and a 200 Gb/s link.
 func RDMATransport() Transport {
 	return Transport{Name: "rdma", OpNS: 250, SegmentNS: 10, Bandwidth: 200e9 / 8, Segments: 4, SegmentLimit: 30}
+}
+
+// StoreTransport returns the default cost model of the store a URL names
+// (store.Open's schemes): file for file://, redis for redis:// and
+// redis+cluster://, memory for mem:// and anything else.
+func StoreTransport(url string) Transport {
+	switch {
+	case strings.HasPrefix(url, "file:"):
+		return FileTransport()
+	case strings.HasPrefix(url, "redis:"), strings.HasPrefix(url, "redis+cluster:"):
+		return RedisTransport()
+	}
+	return MemoryTransport()
 }
 
 // TransportNamed returns the default transport of a name: memory, file,

@@ -535,5 +535,9 @@ func TestStrategyOptions(t *testing.T) {
 	}
 	_, err = plan.TransportNamed("tcp")
 	require.EqualError(t, err, `unknown transport "tcp"; transports are memory, file, redis, rdma`)
+	for url, name := range map[string]string{"file:///tmp/kv": "file", "redis://127.0.0.1:6379": "redis",
+		"redis+cluster://a:1,b:2": "redis", "mem://x": "memory", "": "memory"} {
+		require.Equal(t, name, plan.StoreTransport(url).Name, url)
+	}
 	require.Equal(t, 200e9/8, plan.RDMATransport().Bandwidth)
 }
