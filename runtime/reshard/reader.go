@@ -28,6 +28,14 @@ type ReaderOptions struct {
 	// every copy on the calling goroutine. Each worker is given at least
 	// 512 KiB to copy, so groups under 1 MiB run on the calling goroutine.
 	CopyWorkers int
+	// CheckParts reads every part whole, in order, and checks each against
+	// the checksum it was written with before copying it into the pool
+	// (read --check-parts). Without it, only reads that fetch a whole part
+	// anyway are checked.
+	CheckParts bool
+	// SkipPartChecks checks no checksum at all, not even of whole parts:
+	// the baseline of the checksum_cost benchmark figure, not for serving.
+	SkipPartChecks bool
 }
 
 // minCopyShare is the least a copy worker is given, in source bytes:

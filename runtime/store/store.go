@@ -15,12 +15,15 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/url"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Errors that callers test with errors.Is.
@@ -47,6 +50,10 @@ type PartWrite struct {
 	Parts    int    // part count of the object
 	Manifest string // manifest key
 	Data     [][]byte
+	// Checksum is PartChecksum(Manifest, Part, Data), computed by the
+	// writer. Every backend stores it with the part and returns it in
+	// Object.Checksums; 0 means none (a reader then checks nothing).
+	Checksum uint64
 }
 
 // Size returns the part's length in bytes.
@@ -76,10 +83,41 @@ func (w *PartWrite) Validate() error {
 
 // Object is what a query returns for one key.
 type Object struct {
-	Complete  bool   // all parts written; false also for a missing object
-	Manifest  string // manifest key (set when Complete)
-	PartSizes []int  // size of each part (set when Complete)
+	Complete  bool     // all parts written; false also for a missing object
+	Manifest  string   // manifest key (set when Complete)
+	PartSizes []int    // size of each part (set when Complete)
+	Checksums []uint64 // each part's PartWrite.Checksum (set when Complete)
+	// Err is set, with Complete false, when this object's stored state
+	// cannot be read (a corrupt or unreadable claim, a key of the wrong
+	// type): the object is not usable, but the other objects of the query
+	// are. Query's own error is for the whole batch.
+	Err error
 }
+
+// PartChecksum returns the checksum of a part's bytes, bound to the
+// manifest key and part number it was written with: XXH64 of the manifest
+// key, a NUL byte, the part number as 8 little-endian bytes, then the
+// part's bytes (the fragments of data in order). A part served under
+// another manifest or part number, or with a byte changed, does not match.
+// It is never 0 (a 0 sum is returned as 1), so that 0 means "no checksum".
+func PartChecksum(manifest string, part int, data [][]byte) uint64 {
+	d := xxhash.New()
+	d.WriteString(manifest)
+	var b [9]byte
+	binary.LittleEndian.PutUint64(b[1:], uint64(part))
+	d.Write(b[:])
+	for _, f := range data {
+		d.Write(f)
+	}
+	if s := d.Sum64(); s != 0 {
+		return s
+	}
+	return 1
+}
+
+// ErrChecksum: a part's bytes do not match the checksum it was written
+// with (corrupt, or served under another manifest).
+var ErrChecksum = errors.New("part checksum mismatch")
 
 // Range reads len(Dst[0])+len(Dst[1])+... bytes at offset Off of part Part of
 // object Key, delivering them to the segments of Dst in order (a scatter
