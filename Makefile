@@ -5,7 +5,7 @@ FUZZTIME ?= 30s
 # that a run ends when FUZZTIME says.
 FUZZFLAGS = -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
-.PHONY: test generate check-generated fuzz bench gobench vet fmt
+.PHONY: test generate check-generated fuzz bench gobench vet fmt python
 
 # The kernels again without their assembly (the purego tag), as on other
 # architectures.
@@ -16,6 +16,12 @@ test: vet
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)
 	$(GO) vet ./...
+
+# python builds the C library into the Python package, so that
+# PYTHONPATH=python /usr/bin/python3 -c 'import kvreshard' works from the
+# repository (pip install --no-build-isolation ./python does the same).
+python:
+	$(GO) build -buildmode=c-shared -o python/kvreshard/libkvreshard.so ./cmd/libkvreshard
 
 generate:
 	$(GO) generate ./...
