@@ -7,9 +7,6 @@ import (
 	"strings"
 )
 
-// MaxSize bounds the bytes of an encoded manifest.
-const MaxSize = 1 << 20
-
 // field is one expected key of a JSON object and how to decode its value.
 type field struct {
 	name   string

@@ -37,6 +37,12 @@ import (
 // shorter.
 const MaxLayoutText = 256
 
+// MaxSize bounds the bytes of an encoded manifest: Decode refuses longer
+// data and New refuses a manifest whose encoding is longer, so that no
+// writer stores a manifest that readers refuse. Stores reading a manifest
+// read at most this many bytes of it.
+const MaxSize = 1 << 20
+
 // Layout is a part layout: its name and its canonical order text, for
 // example "C T L H D" or "C L H D/8 T D%8". It has no slot axis S.
 type Layout struct {
@@ -86,7 +92,7 @@ type Manifest struct {
 // model domain whose descriptor is d. It copies its arguments, sorts the
 // parts into their derived order (so part indices in errors and in the
 // result are in that order), rewrites the layout's order in canonical form,
-// and validates everything Decode does.
+// and validates everything Decode does, its MaxSize limit included.
 func New(domain string, d Descriptor, l Layout, parts []Part) (*Manifest, error) {
 	m := &Manifest{Domain: domain, Descriptor: d.clone(), Layout: l}
 	m.Parts = make([]Part, len(parts))
@@ -98,7 +104,15 @@ func New(domain string, d Descriptor, l Layout, parts []Part) (*Manifest, error)
 	if err := m.validate(false); err != nil {
 		return nil, err
 	}
-	m.seal(m.appendJSON(nil))
+	enc := m.appendJSON(nil)
+	if len(enc) > MaxSize {
+		parts := "parts"
+		if len(m.Parts) == 1 {
+			parts = "part"
+		}
+		return nil, fmt.Errorf("manifest of %d %s is %d bytes encoded; readers accept at most %d", len(m.Parts), parts, len(enc), MaxSize)
+	}
+	m.seal(enc)
 	return m, nil
 }
 

@@ -311,3 +311,68 @@ func TestNewSplitLayouts(t *testing.T) {
 		require.NoError(t, err, order)
 	}
 }
+
+// sizeManifest returns a descriptor of layers 0..n-1 and heads KV heads,
+// and one part per head holding every layer: what a TP writer with one
+// head per rank stores.
+func sizeManifest(n, heads int) (Descriptor, []Part) {
+	d := Descriptor{KVHeads: heads, HeadDims: []int{8, 8}, Dtype: "fp8", ItemSize: 1, PageSize: 1}
+	for l := range n {
+		d.Layers = append(d.Layers, l)
+	}
+	parts := make([]Part, heads)
+	for h := range parts {
+		parts[h] = Part{Layers: d.Layers, HeadStart: h, HeadCount: 1}
+	}
+	return d, parts
+}
+
+// encodedLen is the length of a manifest's JSON, measured with
+// encoding/json: its keys come in another order, but its bytes are as
+// many as the canonical encoding's.
+func encodedLen(t *testing.T, d Descriptor, l Layout, parts []Part) int {
+	t.Helper()
+	b, err := json.Marshal(&Manifest{Domain: testDomain, Descriptor: d, Layout: l, Parts: parts})
+	require.NoError(t, err)
+	return len(b)
+}
+
+// New refuses a manifest that Decode would refuse for its size (issue 14:
+// TP 64 with 4096 layers made 1.26 MB that no reader accepted), and a
+// manifest of exactly MaxSize bytes is made and decoded.
+func TestNewRefusesWhatDecodeRefuses(t *testing.T) {
+	l := Layout{Name: "PLHD", Order: "C T L H D"}
+	d, parts := sizeManifest(4096, 64)
+	n := encodedLen(t, d, l, parts)
+	require.Greater(t, n, MaxSize)
+	_, err := New(testDomain, d, l, parts)
+	require.EqualError(t, err, fmt.Sprintf("manifest of 64 parts is %d bytes encoded; readers accept at most 1048576", n))
+
+	// The most layers whose manifest fits, then a layout name that pads it
+	// to exactly MaxSize bytes.
+	lo, hi := 1, 1<<17
+	for lo+1 < hi {
+		mid := (lo + hi) / 2
+		d, parts := sizeManifest(mid, 1)
+		if encodedLen(t, d, Layout{Name: "P", Order: l.Order}, parts) <= MaxSize {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	d, parts = sizeManifest(lo, 1)
+	pad := MaxSize - encodedLen(t, d, Layout{Name: "P", Order: l.Order}, parts)
+	require.Less(t, pad, MaxLayoutText)
+	exact := Layout{Name: "P" + strings.Repeat("x", pad), Order: l.Order}
+	m, err := New(testDomain, d, exact, parts)
+	require.NoError(t, err)
+	require.Len(t, m.Encode(), MaxSize)
+	_, err = Decode(m.Encode(), m.Key(), testDomain)
+	require.NoError(t, err)
+
+	over := Layout{Name: exact.Name + "x", Order: l.Order}
+	_, err = New(testDomain, d, over, parts)
+	require.EqualError(t, err, fmt.Sprintf("manifest of 1 part is %d bytes encoded; readers accept at most %d", MaxSize+1, MaxSize))
+	_, err = Decode([]byte(strings.Replace(string(m.Encode()), exact.Name, over.Name, 1)), "", testDomain)
+	require.EqualError(t, err, fmt.Sprintf("manifest is %d bytes; the limit is %d", MaxSize+1, MaxSize))
+}

@@ -12,13 +12,29 @@
 // a multiple of KVHeads and each head is replicated on TP/KVHeads
 // consecutive ranks: rank t owns head t/(TP/KVHeads). A replicated part is
 // stored once, written by the lowest TP rank that holds it.
+//
+// Bounds: TP is at most MaxTP and replicates a head on at most
+// MaxReplication ranks; PP is at most the layer count. Validate refuses
+// anything larger before a rank, share or part is built, so that a flag
+// like tp=1000000000 is one error, not gigabytes of ranks.
 package placement
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 )
+
+// MaxTP bounds a topology's TP degree: past the largest tensor-parallel
+// groups deployed (tens of ranks), and small enough that every rank of a
+// topology can be listed.
+const MaxTP = 1024
+
+// MaxReplication bounds how many TP ranks hold one KV head when TP is above
+// the KV-head count: an MLA model (one latent head) runs on at most 64 TP
+// ranks.
+const MaxReplication = 64
 
 // Topology is a TP x PP placement.
 type Topology struct {
@@ -49,18 +65,23 @@ func (t Topology) Validate(d *manifest.Descriptor) error {
 	if t.PP <= 0 {
 		return fmt.Errorf("pp %d is not positive", t.PP)
 	}
+	if t.TP > MaxTP {
+		return fmt.Errorf("tp %d is more than %d", t.TP, MaxTP)
+	}
 	if t.TP <= d.KVHeads {
 		if d.KVHeads%t.TP != 0 {
 			return fmt.Errorf("kv-heads %d is not divisible by tp %d", d.KVHeads, t.TP)
 		}
 	} else if t.TP%d.KVHeads != 0 {
 		return fmt.Errorf("tp %d is more than kv-heads %d but not a multiple of it", t.TP, d.KVHeads)
+	} else if rep := t.TP / d.KVHeads; rep > MaxReplication {
+		return fmt.Errorf("tp %d replicates each of the %d kv-heads on %d ranks; at most %d", t.TP, d.KVHeads, rep, MaxReplication)
 	}
 	n := len(d.Layers)
+	if t.PP > n {
+		return fmt.Errorf("pp %d is more than the %d layers", t.PP, n)
+	}
 	if t.PPLayers == nil {
-		if t.PP > n {
-			return fmt.Errorf("pp %d is more than the %d layers", t.PP, n)
-		}
 		return nil
 	}
 	if len(t.PPLayers) != t.PP {
@@ -173,9 +194,11 @@ func (t Topology) Writer(d *manifest.Descriptor, r Rank) (part int, writes bool,
 	return r.PP*distinct + r.TP/rep, r.TP%rep == 0, nil
 }
 
-// Ranks returns every rank, PP-major then TP.
+// Ranks returns every rank, PP-major then TP; nil unless TP is in
+// [1, MaxTP] and PP positive. Validate bounds PP by the layer count: call
+// it first, and list the ranks only when all of them are to be used.
 func (t Topology) Ranks() []Rank {
-	if t.TP <= 0 || t.PP <= 0 {
+	if t.TP <= 0 || t.PP <= 0 || t.TP > MaxTP || t.PP > math.MaxInt/MaxTP {
 		return nil
 	}
 	ranks := make([]Rank, 0, t.TP*t.PP)

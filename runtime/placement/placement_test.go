@@ -115,6 +115,26 @@ func TestReplicatedHeads(t *testing.T) {
 func TestRanks(t *testing.T) {
 	require.Equal(t, []Rank{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2}}, Topology{TP: 2, PP: 3}.Ranks())
 	require.Nil(t, Topology{TP: 0, PP: 3}.Ranks())
+	// Past the bounds there is no list to build (and no slice to overflow).
+	require.Nil(t, Topology{TP: 4611686018427387904, PP: 1}.Ranks())
+	require.Nil(t, Topology{TP: 2, PP: 1 << 62}.Ranks())
+}
+
+// The largest topologies within the bounds place every head: 1024 ranks
+// of 1024 heads, and an MLA model's one head on 64 ranks.
+func TestBoundsInclusive(t *testing.T) {
+	for _, c := range []struct{ tp, heads, parts int }{{MaxTP, MaxTP, MaxTP}, {MaxReplication, 1, 1}, {MaxTP, MaxTP / MaxReplication, MaxTP / MaxReplication}} {
+		top := Topology{TP: c.tp, PP: 2}
+		d := desc(2, c.heads)
+		parts, err := top.Parts(d)
+		require.NoError(t, err, "%+v heads %d", top, c.heads)
+		require.Len(t, parts, 2*c.parts)
+		require.Len(t, top.Ranks(), 2*c.tp)
+		part, writes, err := top.Writer(d, Rank{TP: c.tp - 1, PP: 1})
+		require.NoError(t, err)
+		require.Equal(t, 2*c.parts-1, part)
+		require.Equal(t, c.parts == c.tp, writes)
+	}
 }
 
 // TestConsistent checks, over many topologies, that the parts make a valid
@@ -217,6 +237,14 @@ func TestErrors(t *testing.T) {
 		{Topology{TP: 1, PP: 2, PPLayers: []int{5, -1}}, 4, 4, "pp-layers stage 0 has 5 layers, more than the 4 layers"},
 		{Topology{TP: 1, PP: 2, PPLayers: []int{1, 2}}, 4, 4, "pp-layers sum to 3, not the 4 layers"},
 		{Topology{TP: 1, PP: 1}, 4, 0, "descriptor kv_heads is 0; it must be positive"},
+		// Bounds: TP at most MaxTP, a head on at most MaxReplication ranks,
+		// PP at most the layers even when pp-layers is given.
+		{Topology{TP: 4611686018427387904, PP: 1}, 4, 4, "tp 4611686018427387904 is more than 1024"},
+		{Topology{TP: 1000000000, PP: 1}, 4, 4, "tp 1000000000 is more than 1024"},
+		{Topology{TP: 2048, PP: 1}, 4, 2048, "tp 2048 is more than 1024"},
+		{Topology{TP: 128, PP: 1}, 4, 1, "tp 128 replicates each of the 1 kv-heads on 128 ranks; at most 64"},
+		{Topology{TP: 520, PP: 1}, 4, 8, "tp 520 replicates each of the 8 kv-heads on 65 ranks; at most 64"},
+		{Topology{TP: 1, PP: 1 << 62, PPLayers: []int{4}}, 4, 4, "pp 4611686018427387904 is more than the 4 layers"},
 	} {
 		d := desc(tc.layers, tc.heads)
 		require.EqualError(t, tc.top.Validate(d), tc.err)
