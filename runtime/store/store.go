@@ -22,8 +22,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvreshard/kvreshard/runtime/manifest"
 )
 
 // Errors that callers test with errors.Is.
@@ -73,6 +76,8 @@ func (w *PartWrite) Validate() error {
 		return fmt.Errorf("write %q part %d: empty key", w.Key, w.Part)
 	case w.Parts < 1:
 		return fmt.Errorf("write %s part %d: part count %d is not positive", w.Key, w.Part, w.Parts)
+	case w.Parts > MaxParts:
+		return fmt.Errorf("write %s part %d: part count %d is more than %d", w.Key, w.Part, w.Parts, MaxParts)
 	case w.Part < 0 || w.Part >= w.Parts:
 		return fmt.Errorf("write %s part %d: part out of range [0,%d)", w.Key, w.Part, w.Parts)
 	case w.Manifest == "":
@@ -118,6 +123,46 @@ func PartChecksum(manifest string, part int, data [][]byte) uint64 {
 // ErrChecksum: a part's bytes do not match the checksum it was written
 // with (corrupt, or served under another manifest).
 var ErrChecksum = errors.New("part checksum mismatch")
+
+// Limits every backend enforces on what it writes and checks on what it
+// reads, before it allocates: a corrupt or hostile store cannot make a
+// process allocate more than these.
+const (
+	// MaxParts bounds an object's part count. A stored part count past it
+	// makes that object unreadable (Object.Err).
+	MaxParts = 1 << 16
+	// MaxMetaBytes bounds a metadata object: the manifest decoder's limit,
+	// so that a store never keeps a manifest no reader accepts. PutMeta
+	// refuses larger values; GetMeta reads at most MaxMetaBytes+1 bytes and
+	// fails past the limit.
+	MaxMetaBytes = manifest.MaxSize
+)
+
+// CheckMetaSize returns the error PutMeta and GetMeta give for a metadata
+// object of n bytes under key, or nil if n is within MaxMetaBytes.
+func CheckMetaSize(key string, n int64) error {
+	if n > MaxMetaBytes {
+		return fmt.Errorf("metadata %s is %d bytes; the limit is %d", key, n, MaxMetaBytes)
+	}
+	return nil
+}
+
+// DefaultLease is how long an incomplete object's claim must have gone
+// unwritten before a writer of another layout may take the object over,
+// when a store is not told otherwise. Every part write refreshes the claim.
+// A takeover drops the old claim and every part written under it, as if the
+// object were new; a complete object is never taken over.
+const DefaultLease = 10 * time.Minute
+
+// ParseLease parses the value of a store URL's lease parameter, a positive
+// Go duration such as 30s. Its error is the reason of a *URLError.
+func ParseLease(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("lease %q is not a positive duration such as 30s or 10m", v)
+	}
+	return d, nil
+}
 
 // Range reads len(Dst[0])+len(Dst[1])+... bytes at offset Off of part Part of
 // object Key, delivering them to the segments of Dst in order (a scatter

@@ -5,15 +5,24 @@
 //	mem://name   the store called name: every Open of the same name in one
 //	             process gives the same store, so that a writer and a reader
 //	             opened separately see the same objects
+//	mem://?lease=30s, mem://name?lease=30s
+//	             the same with a lease other than store.DefaultLease (a
+//	             named store keeps the lease it was first opened with; another
+//	             lease for it is an error)
 //
-// A mem URL has nothing else: no user, port, path, query or fragment. Data is
+// A mem URL has nothing else: no user, port, path, other query parameter or
+// fragment. Data is
 // copied in on writes and out on reads, so callers may reuse their buffers;
 // ViewPart (store.Viewer) lends a part's bytes without a copy.
 // Close does nothing: a named store lives as long as the process, an unnamed
 // one as long as it is reachable.
 //
 // A part once written is kept: a retry of a part that is already written
-// writes nothing and succeeds, as in filestore.
+// writes nothing and succeeds, as in filestore. Each part is kept with the
+// checksum it was written with. An incomplete object that no write has
+// touched for longer than the lease is taken over by a writer of another
+// layout, as if it were new (see store.DefaultLease); a write is atomic, so
+// no takeover can happen in the middle of one.
 package memstore
 
 import (
@@ -23,7 +32,9 @@ import (
 	"fmt"
 	"hash/maphash"
 	"net/url"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
@@ -36,26 +47,66 @@ var (
 )
 
 func openURL(_ context.Context, u *url.URL) (store.Store, error) {
-	if u.User != nil || u.Port() != "" || u.Path != "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" {
-		return nil, &store.URLError{URL: u.String(), Reason: "a mem URL is mem:// or mem://name, with nothing else"}
+	bad := func(reason string) (store.Store, error) {
+		s := u.String()
+		if rest, ok := strings.CutPrefix(s, "mem:"); ok && u.Opaque == "" && !strings.HasPrefix(rest, "//") {
+			s = "mem://" + rest // mem://?x prints as mem:?x
+		}
+		return nil, &store.URLError{URL: s, Reason: reason}
+	}
+	if u.User != nil || u.Port() != "" || u.Path != "" || (u.ForceQuery && u.RawQuery == "") || u.Fragment != "" || u.Opaque != "" {
+		return bad("a mem URL is mem:// or mem://name, with nothing else but ?lease=")
+	}
+	var opts Options
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			return bad("cannot parse the query: " + err.Error())
+		}
+		for k, v := range q {
+			switch {
+			case k != "lease":
+				return bad(fmt.Sprintf("unknown parameter %q; a mem URL takes only lease", k))
+			case len(v) != 1:
+				return bad("lease is given more than once")
+			}
+			if opts.Lease, err = store.ParseLease(v[0]); err != nil {
+				return bad(err.Error())
+			}
+		}
 	}
 	if u.Host == "" {
-		return New(), nil
+		return NewOptions(opts), nil
 	}
 	namedMu.Lock()
 	defer namedMu.Unlock()
 	s := named[u.Host]
-	if s == nil {
-		s = New()
+	switch {
+	case s == nil:
+		s = NewOptions(opts)
 		named[u.Host] = s
+	case opts.Lease != 0 && opts.Lease != s.lease:
+		return bad(fmt.Sprintf("store %q is open with lease %v", u.Host, s.lease))
 	}
 	return s, nil
+}
+
+// Options tune a store.
+type Options struct {
+	// Lease is how long an incomplete object must have gone unwritten
+	// before a writer of another layout may take it over; 0 means
+	// store.DefaultLease.
+	Lease time.Duration
+
+	now func() time.Time // the clock; nil means time.Now (tests set it)
 }
 
 const nShards = 64
 
 // Store is an in-process store. Its zero value is not usable; call New.
 type Store struct {
+	lease  time.Duration
+	now    func() time.Time
 	seed   maphash.Seed
 	shards [nShards]shard
 
@@ -74,12 +125,23 @@ type shard struct {
 type object struct {
 	manifest string
 	parts    [][]byte // nil: not written yet
+	sums     []uint64 // each part's checksum
 	missing  int      // parts not written yet
+	touched  time.Time
 }
 
-// New returns a new, empty store.
-func New() *Store {
-	s := &Store{seed: maphash.MakeSeed(), meta: map[string][]byte{}}
+// New returns a new, empty store with the default options.
+func New() *Store { return NewOptions(Options{}) }
+
+// NewOptions returns a new, empty store.
+func NewOptions(opts Options) *Store {
+	if opts.Lease <= 0 {
+		opts.Lease = store.DefaultLease
+	}
+	if opts.now == nil {
+		opts.now = time.Now
+	}
+	s := &Store{lease: opts.Lease, now: opts.now, seed: maphash.MakeSeed(), meta: map[string][]byte{}}
 	for i := range s.shards {
 		s.shards[i].objs = map[string]*object{}
 	}
@@ -114,21 +176,39 @@ func (s *Store) writePart(w *store.PartWrite) error {
 	sh := s.shard(w.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now := s.now()
 	o := sh.objs[w.Key]
 	switch {
 	case o == nil:
-		o = &object{manifest: w.Manifest, parts: make([][]byte, w.Parts), missing: w.Parts}
-		sh.objs[w.Key] = o
 	case o.missing == 0:
 		return store.ErrComplete
-	case o.manifest != w.Manifest || len(o.parts) != w.Parts:
+	case o.manifest == w.Manifest && len(o.parts) == w.Parts:
+	case now.Sub(o.touched) <= s.lease:
 		return store.ErrLayoutConflict
+	default:
+		o = nil // the lease has passed: take the object over
 	}
+	if o == nil {
+		o = &object{manifest: w.Manifest, parts: make([][]byte, w.Parts), sums: make([]uint64, w.Parts), missing: w.Parts}
+		sh.objs[w.Key] = o
+	}
+	o.touched = now
 	if o.parts[w.Part] == nil {
 		o.parts[w.Part] = data
+		o.sums[w.Part] = w.Checksum
 		o.missing--
 	}
 	return nil
+}
+
+// age makes the last write to key look d older (a storetest hook).
+func (s *Store) age(key string, d time.Duration) {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if o := sh.objs[key]; o != nil {
+		o.touched = o.touched.Add(-d)
+	}
 }
 
 // complete returns the object under key if it is complete.
@@ -157,7 +237,7 @@ func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error
 		for p, b := range o.parts {
 			sizes[p] = len(b)
 		}
-		objs[i] = store.Object{Complete: true, Manifest: o.manifest, PartSizes: sizes}
+		objs[i] = store.Object{Complete: true, Manifest: o.manifest, PartSizes: sizes, Checksums: append([]uint64(nil), o.sums...)}
 	}
 	return objs, nil
 }
@@ -165,6 +245,9 @@ func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error
 // PutMeta implements store.Store.
 func (s *Store) PutMeta(ctx context.Context, key string, val []byte) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := store.CheckMetaSize(key, int64(len(val))); err != nil {
 		return err
 	}
 	s.metaMu.Lock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -13,7 +14,11 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return New() })
+	storetest.RunBackend(t, storetest.Backend{
+		Open:      func(t *testing.T) store.Store { return New() },
+		OpenLease: func(t *testing.T, lease time.Duration) store.Store { return NewOptions(Options{Lease: lease}) },
+		Age:       func(t *testing.T, s store.Store, key string, d time.Duration) { s.(*Store).age(key, d) },
+	})
 }
 
 func TestConformanceByURL(t *testing.T) {
@@ -43,17 +48,74 @@ func TestOpen(t *testing.T) {
 	require.Equal(t, []error{nil}, a.WriteParts(ctx, []store.PartWrite{{Key: "k", Part: 0, Parts: 1, Manifest: "m", Data: [][]byte{{1, 2}}}}))
 	objs, err := b.Query(ctx, []string{"k"})
 	require.NoError(t, err)
-	require.Equal(t, []store.Object{{Complete: true, Manifest: "m", PartSizes: []int{2}}}, objs)
+	require.Equal(t, []store.Object{{Complete: true, Manifest: "m", PartSizes: []int{2}, Checksums: []uint64{0}}}, objs)
 	objs, err = c.Query(ctx, []string{"k"})
 	require.NoError(t, err)
 	require.Equal(t, []store.Object{{}}, objs)
 
-	for _, u := range []string{"mem://a/b", "mem:///", "mem://a?x=1", "mem://a#f", "mem://u@a", "mem://a:1"} {
-		_, err := store.Open(ctx, u)
-		require.EqualError(t, err, `store URL "`+u+`": a mem URL is mem:// or mem://name, with nothing else`, u)
+	for _, c := range []struct{ url, reason string }{
+		{"mem://a/b", "a mem URL is mem:// or mem://name, with nothing else but ?lease="},
+		{"mem:///", "a mem URL is mem:// or mem://name, with nothing else but ?lease="},
+		{"mem://a?", "a mem URL is mem:// or mem://name, with nothing else but ?lease="},
+		{"mem://a#f", "a mem URL is mem:// or mem://name, with nothing else but ?lease="},
+		{"mem://u@a", "a mem URL is mem:// or mem://name, with nothing else but ?lease="},
+		{"mem://a:1", "a mem URL is mem:// or mem://name, with nothing else but ?lease="},
+		{"mem://a?x=1", `unknown parameter "x"; a mem URL takes only lease`},
+		{"mem://?lease=1s&ttl=1s", `unknown parameter "ttl"; a mem URL takes only lease`},
+		{"mem://?lease=1s&lease=2s", "lease is given more than once"},
+		{"mem://?lease=", `lease "" is not a positive duration such as 30s or 10m`},
+		{"mem://?lease=0s", `lease "0s" is not a positive duration such as 30s or 10m`},
+		{"mem://?lease=-1m", `lease "-1m" is not a positive duration such as 30s or 10m`},
+		{"mem://?lease=30", `lease "30" is not a positive duration such as 30s or 10m`},
+		{"mem://?lease=%zz", `cannot parse the query: invalid URL escape "%zz"`},
+	} {
+		_, err := store.Open(ctx, c.url)
+		require.EqualError(t, err, `store URL "`+c.url+`": `+c.reason, c.url)
 		var ue *store.URLError
 		require.ErrorAs(t, err, &ue)
 	}
+}
+
+func TestOpenLease(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, "mem://?lease=90s")
+	require.NoError(t, err)
+	require.Equal(t, 90*time.Second, s.(*Store).lease)
+	s, err = store.Open(ctx, "mem://")
+	require.NoError(t, err)
+	require.Equal(t, store.DefaultLease, s.(*Store).lease)
+
+	name := fmt.Sprintf("mem://lease%016x", rand.Uint64())
+	a, err := store.Open(ctx, name+"?lease=1m")
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, a.(*Store).lease)
+	b, err := store.Open(ctx, name)
+	require.NoError(t, err)
+	require.Same(t, a, b)
+	b, err = store.Open(ctx, name+"?lease=60s")
+	require.NoError(t, err)
+	require.Same(t, a, b)
+	_, err = store.Open(ctx, name+"?lease=2m")
+	require.EqualError(t, err, `store URL "`+name+`?lease=2m": store "`+name[len("mem://"):]+`" is open with lease 1m0s`)
+}
+
+// TestLeaseClock drives the lease with a clock the test sets.
+func TestLeaseClock(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1e9, 0)
+	s := NewOptions(Options{Lease: 30 * time.Second, now: func() time.Time { return now }})
+	a := func(part int) store.PartWrite {
+		return store.PartWrite{Key: "k", Part: part, Parts: 2, Manifest: "a", Data: [][]byte{{byte(part)}}, Checksum: 7}
+	}
+	b := store.PartWrite{Key: "k", Part: 0, Parts: 1, Manifest: "b", Data: [][]byte{{9, 9}}, Checksum: 8}
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{a(0)}))
+	now = now.Add(30 * time.Second)
+	require.Equal(t, []error{store.ErrLayoutConflict}, s.WriteParts(ctx, []store.PartWrite{b}), "at the lease, not past it")
+	now = now.Add(time.Nanosecond)
+	require.Equal(t, []error{nil, store.ErrComplete}, s.WriteParts(ctx, []store.PartWrite{b, a(1)}))
+	objs, err := s.Query(ctx, []string{"k"})
+	require.NoError(t, err)
+	require.Equal(t, []store.Object{{Complete: true, Manifest: "b", PartSizes: []int{2}, Checksums: []uint64{8}}}, objs)
 }
 
 func TestInvalidWrite(t *testing.T) {

@@ -5,6 +5,37 @@
 //		storetest.Run(t, func(t *testing.T) store.Store { return openMyStore(t) })
 //	}
 //
+// or RunBackend with a Backend, whose optional hooks enable the subtests
+// that need to reach behind the Store interface:
+//
+//	storetest.RunBackend(t, storetest.Backend{
+//		Open:      func(t *testing.T) store.Store { ... },
+//		OpenLease: func(t *testing.T, lease time.Duration) store.Store { ... },
+//		Age:       func(t *testing.T, s store.Store, key string, d time.Duration) { ... },
+//		Corrupt:   func(t *testing.T, s store.Store, key string) { ... },
+//	})
+//
+// The hooks:
+//
+//   - OpenLease opens a store whose lease (see store.DefaultLease) is the
+//     given duration. The Lease* subtests use it, and need Age as well.
+//   - Age makes the claim of key in s look d older than it is: as if the
+//     last part write to key had happened d earlier. It is called on
+//     incomplete and on complete objects; a backend that keeps a claim time
+//     subtracts d from it. Lease* subtests are skipped without it, and
+//     LeaseDefault also runs Age on a store from Open.
+//   - Corrupt makes the stored state of key in s unreadable, the way it could
+//     be damaged on that backend (a garbage claim for a file store, a key of
+//     the wrong type for Redis). key is a complete object when it is called;
+//     s must see the damage at once (drop what it caches of key). The
+//     CorruptObject subtest checks that Query reports it in that object's
+//     Object.Err only (its text naming the key), that ReadRanges stops at
+//     it with a *store.RangeError, and that a write to it fails while the
+//     other writes of its batch are done.
+//
+// A nil hook skips the subtests that need it (with t.Skip, so that go test
+// -v shows what did not run).
+//
 // Every subtest opens its own store and closes it when it ends (open must not
 // close it). Every subtest uses keys under a fresh random prefix, so backends
 // whose stores share a server or a directory do not collide between subtests
@@ -17,17 +48,34 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
 
-// Run runs the conformance suite against the stores that open returns.
+// Backend is a backend under test: how to open its stores, and hooks into
+// its stored state. Only Open is required; see the package documentation.
+type Backend struct {
+	Open      func(t *testing.T) store.Store
+	OpenLease func(t *testing.T, lease time.Duration) store.Store
+	Age       func(t *testing.T, s store.Store, key string, d time.Duration)
+	Corrupt   func(t *testing.T, s store.Store, key string)
+}
+
+// Run runs the conformance suite against the stores that open returns,
+// without the subtests that need Backend hooks.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	RunBackend(t, Backend{Open: open})
+}
+
+// RunBackend runs the conformance suite against a backend.
+func RunBackend(t *testing.T, b Backend) {
 	for _, c := range []struct {
 		name string
 		fn   func(t *testing.T, s store.Store, k keys)
@@ -42,7 +90,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"BatchInOrder", testBatchInOrder},
 		{"InvalidWrite", testInvalidWrite},
 		{"Query", testQuery},
+		{"Checksums", testChecksums},
 		{"Meta", testMeta},
+		{"MetaLimit", testMetaLimit},
 		{"ReadRanges", testReadRanges},
 		{"ReadRangesFailures", testReadRangesFailures},
 		{"ReadRangesCancelled", testReadRangesCancelled},
@@ -51,12 +101,50 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"EmptyInputs", testEmptyInputs},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := open(t)
+			s := b.Open(t)
 			t.Cleanup(func() { require.NoError(t, s.Close()) })
-			c.fn(t, s, keys(fmt.Sprintf("storetest_%016x_", rand.Uint64())))
+			c.fn(t, s, newKeys())
+		})
+	}
+	t.Run("CorruptObject", func(t *testing.T) {
+		if b.Corrupt == nil {
+			t.Skip("the backend has no Corrupt hook")
+		}
+		s := b.Open(t)
+		t.Cleanup(func() { require.NoError(t, s.Close()) })
+		testCorruptObject(t, s, newKeys(), func(key string) { b.Corrupt(t, s, key) })
+	})
+	t.Run("LeaseDefault", func(t *testing.T) {
+		if b.Age == nil {
+			t.Skip("the backend has no Age hook")
+		}
+		s := b.Open(t)
+		t.Cleanup(func() { require.NoError(t, s.Close()) })
+		testLeaseDefault(t, s, newKeys(), func(key string, d time.Duration) { b.Age(t, s, key, d) })
+	})
+	for _, c := range []struct {
+		name string
+		fn   func(t *testing.T, s store.Store, k keys, age func(key string, d time.Duration))
+	}{
+		{"LeaseRefuses", testLeaseRefuses},
+		{"LeaseTakeover", testLeaseTakeover},
+		{"LeaseTakeoverSamePartCount", testLeaseTakeoverSamePartCount},
+		{"LeaseSameLayoutContinues", testLeaseSameLayoutContinues},
+		{"LeaseRefreshedByWrites", testLeaseRefreshedByWrites},
+		{"LeaseNeverTakesComplete", testLeaseNeverTakesComplete},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if b.OpenLease == nil || b.Age == nil {
+				t.Skip("the backend has no OpenLease or no Age hook")
+			}
+			s := b.OpenLease(t, time.Hour)
+			t.Cleanup(func() { require.NoError(t, s.Close()) })
+			c.fn(t, s, newKeys(), func(key string, d time.Duration) { b.Age(t, s, key, d) })
 		})
 	}
 }
+
+func newKeys() keys { return keys(fmt.Sprintf("storetest_%016x_", rand.Uint64())) }
 
 // keys is a subtest's random key prefix.
 type keys string
@@ -88,12 +176,20 @@ func (l layout) data(key string, part int) []byte {
 	return Pattern(fmt.Sprintf("%s/%s/%d", l.manifest, key, part), l.sizes[part])
 }
 
+// write writes part of key, with its checksum.
 func (l layout) write(key string, part int) store.PartWrite {
-	return store.PartWrite{Key: key, Part: part, Parts: len(l.sizes), Manifest: l.manifest, Data: [][]byte{l.data(key, part)}}
+	data := [][]byte{l.data(key, part)}
+	return store.PartWrite{Key: key, Part: part, Parts: len(l.sizes), Manifest: l.manifest, Data: data,
+		Checksum: store.PartChecksum(l.manifest, part, data)}
 }
 
-func (l layout) object() store.Object {
-	return store.Object{Complete: true, Manifest: l.manifest, PartSizes: l.sizes}
+// object is what a query of a key written whole in layout l returns.
+func (l layout) object(key string) store.Object {
+	sums := make([]uint64, len(l.sizes))
+	for p := range sums {
+		sums[p] = l.write(key, p).Checksum
+	}
+	return store.Object{Complete: true, Manifest: l.manifest, PartSizes: l.sizes, Checksums: sums}
 }
 
 func write(t *testing.T, s store.Store, ws ...store.PartWrite) []error {
@@ -133,7 +229,7 @@ func readPart(t *testing.T, s store.Store, key string, part, size int) []byte {
 // requireStored requires key to be complete in layout l with l's bytes.
 func requireStored(t *testing.T, s store.Store, l layout, key string) {
 	t.Helper()
-	require.Equal(t, []store.Object{l.object()}, query(t, s, key))
+	require.Equal(t, []store.Object{l.object(key)}, query(t, s, key))
 	for p, size := range l.sizes {
 		require.Equal(t, l.data(key, p), readPart(t, s, key, p, size), "bytes of %s part %d", key, p)
 	}
@@ -183,7 +279,7 @@ func testFragments(t *testing.T, s store.Store, k keys) {
 		Data: [][]byte{whole[:1], nil, whole[1:300], {}, whole[300:999], whole[999:]}}
 	require.Equal(t, 1000, w.Size())
 	require.Equal(t, []error{nil}, write(t, s, w))
-	require.Equal(t, []store.Object{{Complete: true, Manifest: k.manifest("a"), PartSizes: []int{1000}}}, query(t, s, key))
+	require.Equal(t, []store.Object{{Complete: true, Manifest: k.manifest("a"), PartSizes: []int{1000}, Checksums: []uint64{0}}}, query(t, s, key))
 	require.Equal(t, whole, readPart(t, s, key, 0, 1000))
 }
 
@@ -269,6 +365,8 @@ func testInvalidWrite(t *testing.T, s store.Store, k keys) {
 		want string
 	}{
 		{store.PartWrite{Key: key, Part: 0, Parts: 0, Manifest: m, Data: [][]byte{{1}}}, "write " + key + " part 0: part count 0 is not positive"},
+		{store.PartWrite{Key: key, Part: 0, Parts: store.MaxParts + 1, Manifest: m, Data: [][]byte{{1}}}, "write " + key + " part 0: part count 65537 is more than 65536"},
+		{store.PartWrite{Key: key, Part: 0, Parts: math.MaxInt, Manifest: m, Data: [][]byte{{1}}}, fmt.Sprintf("write %s part 0: part count %d is more than 65536", key, math.MaxInt)},
 		{store.PartWrite{Key: key, Part: -1, Parts: 2, Manifest: m, Data: [][]byte{{1}}}, "write " + key + " part -1: part out of range [0,2)"},
 		{store.PartWrite{Key: key, Part: 2, Parts: 2, Manifest: m, Data: [][]byte{{1}}}, "write " + key + " part 2: part out of range [0,2)"},
 		{store.PartWrite{Key: key, Part: 0, Parts: 2, Manifest: "", Data: [][]byte{{1}}}, "write " + key + " part 0: empty manifest key"},
@@ -302,10 +400,10 @@ func testQuery(t *testing.T, s store.Store, k keys) {
 			want = append(want, incomplete)
 		case 2:
 			writeAll(t, s, a, key)
-			want = append(want, a.object())
+			want = append(want, a.object(key))
 		case 3:
 			writeAll(t, s, b, key)
-			want = append(want, b.object())
+			want = append(want, b.object(key))
 		}
 	}
 	// A key may appear more than once.
@@ -561,4 +659,198 @@ func testEmptyInputs(t *testing.T, s store.Store, k keys) {
 	n, err = s.ReadRanges(ctx, []store.Range{})
 	require.NoError(t, err)
 	require.Equal(t, 0, n)
+}
+
+// testChecksums: a part's checksum comes back as it was written, whatever
+// its value; 0 is "none" and comes back as 0.
+func testChecksums(t *testing.T, s store.Store, k keys) {
+	a := layout{k.manifest("a"), []int{10, 20, 30, 40}}
+	key := k.key("page")
+	sums := []uint64{math.MaxUint64, 0, 1, 1 << 63}
+	for p, sum := range sums {
+		w := a.write(key, p)
+		w.Checksum = sum
+		require.Equal(t, []error{nil}, write(t, s, w))
+	}
+	require.Equal(t, []store.Object{{Complete: true, Manifest: a.manifest, PartSizes: a.sizes, Checksums: sums}}, query(t, s, key))
+
+	// A retry of a written part keeps the first write (same bytes, same
+	// checksum); a write that is refused stores nothing.
+	b := layout{k.manifest("b"), []int{64, 64}}
+	key2 := k.key("page2")
+	require.Equal(t, []error{nil, nil}, write(t, s, b.write(key2, 1), b.write(key2, 1)))
+	require.Equal(t, []error{store.ErrLayoutConflict}, write(t, s, a.write(key2, 0)))
+	require.Equal(t, []error{nil}, write(t, s, b.write(key2, 0)))
+	require.Equal(t, []store.Object{b.object(key2)}, query(t, s, key2))
+	require.NotZero(t, b.object(key2).Checksums[0])
+	require.NotEqual(t, b.object(key2).Checksums[0], b.object(key2).Checksums[1])
+}
+
+// testMetaLimit: PutMeta refuses what no reader accepts, and stores nothing.
+func testMetaLimit(t *testing.T, s store.Store, k keys) {
+	ctx := context.Background()
+	key := k.manifest("limit")
+	max := Pattern("max meta", store.MaxMetaBytes)
+	require.NoError(t, s.PutMeta(ctx, key, max))
+	got, err := s.GetMeta(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, max, got)
+
+	over := k.manifest("over")
+	err = s.PutMeta(ctx, over, Pattern("over meta", store.MaxMetaBytes+1))
+	require.EqualError(t, err, fmt.Sprintf("metadata %s is 1048577 bytes; the limit is 1048576", over))
+	_, err = s.GetMeta(ctx, over)
+	require.Equal(t, store.ErrNotFound, err)
+}
+
+// testCorruptObject: one object whose stored state is unreadable is
+// reported in its own Object.Err; the others of the batch are answered,
+// read and written as usual.
+func testCorruptObject(t *testing.T, s store.Store, k keys, corrupt func(key string)) {
+	ctx := context.Background()
+	a := layout{k.manifest("a"), []int{100, 200}}
+	k1, bad, k3, missing := k.key("p1"), k.key("bad"), k.key("p3"), k.key("missing")
+	for _, key := range []string{k1, bad, k3} {
+		writeAll(t, s, a, key)
+	}
+	corrupt(bad)
+
+	objs := query(t, s, k1, bad, k3, missing, bad)
+	require.Equal(t, a.object(k1), objs[0])
+	require.Equal(t, a.object(k3), objs[2])
+	require.Equal(t, incomplete, objs[3])
+	for _, o := range []store.Object{objs[1], objs[4]} {
+		require.Error(t, o.Err)
+		require.Contains(t, o.Err.Error(), bad, "the error names the key")
+		require.Equal(t, store.Object{Err: o.Err}, o, "an unreadable object is not complete")
+	}
+	objs = query(t, s, bad)
+	require.Error(t, objs[0].Err)
+
+	// Ranges before the corrupt object are read; the read stops at it.
+	got1 := make([]byte, 100)
+	rs := []store.Range{
+		{Key: k1, Part: 0, Dst: [][]byte{got1}},
+		{Key: bad, Part: 0, Dst: [][]byte{make([]byte, 100)}},
+		{Key: k3, Part: 0, Dst: [][]byte{make([]byte, 100)}},
+	}
+	n, err := s.ReadRanges(ctx, rs)
+	require.Equal(t, 1, n)
+	var re *store.RangeError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, bad, re.Key)
+	require.Equal(t, a.data(k1, 0), got1)
+	requireStored(t, s, a, k3)
+
+	// A write to the corrupt object fails; the next write of the batch is
+	// done.
+	k4 := k.key("p4")
+	errs := write(t, s, a.write(bad, 0), a.write(k4, 0), a.write(k4, 1))
+	require.Error(t, errs[0])
+	require.Equal(t, []error{nil, nil}, errs[1:])
+	requireStored(t, s, a, k4)
+}
+
+// testLeaseDefault: a store opened with no lease uses store.DefaultLease.
+func testLeaseDefault(t *testing.T, s store.Store, k keys, age func(key string, d time.Duration)) {
+	a := layout{k.manifest("a"), []int{10, 20}}
+	b := layout{k.manifest("b"), []int{30}}
+	key := k.key("page")
+	require.Equal(t, []error{nil}, write(t, s, a.write(key, 0)))
+	age(key, store.DefaultLease-time.Minute)
+	require.Equal(t, []error{store.ErrLayoutConflict}, write(t, s, b.write(key, 0)))
+	age(key, 2*time.Minute)
+	require.Equal(t, []error{nil}, write(t, s, b.write(key, 0)))
+	requireStored(t, s, b, key)
+}
+
+// testLeaseRefuses: an incomplete object younger than the lease is not
+// taken over.
+func testLeaseRefuses(t *testing.T, s store.Store, k keys, age func(key string, d time.Duration)) {
+	a := layout{k.manifest("a"), []int{10, 20}}
+	b := layout{k.manifest("b"), []int{30, 40}}
+	key := k.key("page")
+	require.Equal(t, []error{nil}, write(t, s, a.write(key, 0)))
+	require.Equal(t, []error{store.ErrLayoutConflict}, write(t, s, b.write(key, 0)))
+	age(key, 59*time.Minute)
+	require.Equal(t, []error{store.ErrLayoutConflict, store.ErrLayoutConflict}, write(t, s, b.write(key, 1), b.write(key, 0)))
+	// The refused writes left nothing: a completes the object.
+	require.Equal(t, []error{nil}, write(t, s, a.write(key, 1)))
+	requireStored(t, s, a, key)
+}
+
+// testLeaseTakeover: an incomplete object older than the lease is taken
+// over by a writer of another layout, as if it were new: the old layout's
+// writer is refused from then on.
+func testLeaseTakeover(t *testing.T, s store.Store, k keys, age func(key string, d time.Duration)) {
+	a := layout{k.manifest("a"), []int{100, 200}}
+	b := layout{k.manifest("b"), []int{50, 60, 70}}
+	key := k.key("page")
+	require.Equal(t, []error{nil}, write(t, s, a.write(key, 0)))
+	age(key, 61*time.Minute)
+	require.Equal(t, []error{nil}, write(t, s, b.write(key, 1)))
+	require.Equal(t, []store.Object{incomplete}, query(t, s, key))
+	// The new claim is fresh: a's writer does not take it back.
+	require.Equal(t, []error{store.ErrLayoutConflict, store.ErrLayoutConflict}, write(t, s, a.write(key, 1), a.write(key, 0)))
+	require.Equal(t, []store.Object{incomplete}, query(t, s, key))
+	requireNotReadable(t, s, key, 0, 100)
+	require.Equal(t, []error{nil, nil}, write(t, s, b.write(key, 0), b.write(key, 2)))
+	requireStored(t, s, b, key)
+}
+
+// testLeaseTakeoverSamePartCount: the parts written under the old claim are
+// dropped, even when the new layout has as many parts of the same sizes.
+func testLeaseTakeoverSamePartCount(t *testing.T, s store.Store, k keys, age func(key string, d time.Duration)) {
+	a := layout{k.manifest("a"), []int{64, 64}}
+	b := layout{k.manifest("b"), []int{64, 64}}
+	key := k.key("page")
+	require.Equal(t, []error{nil}, write(t, s, a.write(key, 0)))
+	age(key, 2*time.Hour)
+	require.Equal(t, []error{nil}, write(t, s, b.write(key, 1)))
+	require.Equal(t, []store.Object{incomplete}, query(t, s, key), "a's part 0 completed b's object")
+	requireNotReadable(t, s, key, 0, 64)
+	require.Equal(t, []error{nil}, write(t, s, b.write(key, 0)))
+	requireStored(t, s, b, key)
+}
+
+// testLeaseSameLayoutContinues: an old claim is no obstacle to its own
+// layout; the parts written under it are kept.
+func testLeaseSameLayoutContinues(t *testing.T, s store.Store, k keys, age func(key string, d time.Duration)) {
+	a := layout{k.manifest("a"), []int{10, 20}}
+	key := k.key("page")
+	require.Equal(t, []error{nil}, write(t, s, a.write(key, 0)))
+	age(key, 3*time.Hour)
+	require.Equal(t, []error{nil}, write(t, s, a.write(key, 1)))
+	requireStored(t, s, a, key)
+}
+
+// testLeaseRefreshedByWrites: every part write restarts the lease.
+func testLeaseRefreshedByWrites(t *testing.T, s store.Store, k keys, age func(key string, d time.Duration)) {
+	a := layout{k.manifest("a"), []int{10, 20, 30}}
+	b := layout{k.manifest("b"), []int{40}}
+	key := k.key("page")
+	require.Equal(t, []error{nil}, write(t, s, a.write(key, 0)))
+	age(key, 50*time.Minute)
+	require.Equal(t, []error{nil}, write(t, s, a.write(key, 1)))
+	age(key, 50*time.Minute)
+	// 100 minutes since the claim, 50 since the last write.
+	require.Equal(t, []error{store.ErrLayoutConflict}, write(t, s, b.write(key, 0)))
+	// A retry of a written part is a write too.
+	require.Equal(t, []error{nil}, write(t, s, a.write(key, 0)))
+	age(key, 50*time.Minute)
+	require.Equal(t, []error{store.ErrLayoutConflict}, write(t, s, b.write(key, 0)))
+	age(key, 11*time.Minute)
+	require.Equal(t, []error{nil}, write(t, s, b.write(key, 0)))
+	requireStored(t, s, b, key)
+}
+
+// testLeaseNeverTakesComplete: a complete object is never taken over.
+func testLeaseNeverTakesComplete(t *testing.T, s store.Store, k keys, age func(key string, d time.Duration)) {
+	a := layout{k.manifest("a"), []int{10, 20}}
+	b := layout{k.manifest("b"), []int{30}}
+	key := k.key("page")
+	writeAll(t, s, a, key)
+	age(key, 100*time.Hour)
+	require.Equal(t, []error{store.ErrComplete, store.ErrComplete}, write(t, s, b.write(key, 0), a.write(key, 0)))
+	requireStored(t, s, a, key)
 }
