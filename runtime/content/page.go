@@ -10,8 +10,9 @@ import (
 
 // visit calls f with the region and offset of every element of the page at
 // slot of a binding, placed by the independent element model (not by the
-// kernels that move the bytes, so that verification proves them).
-func visit(g *plan.Geometry, slot int, f func(c, layer, head, token, d, region, off int) error) error {
+// kernels that move the bytes, so that verification proves them), until f
+// returns false.
+func visit(g *plan.Geometry, slot int, f func(c, layer, head, token, d, region, off int) bool) {
 	desc := g.Desc
 	kg := kerneltest.Geometry{ItemSize: desc.ItemSize, PageSize: desc.PageSize, Dims: desc.HeadDims}
 	b := &kerneltest.Buffer{Layout: g.Layout, Layers: g.Layers, HeadStart: g.HeadStart, Heads: g.Heads, Slots: g.Slots, Slot: slot}
@@ -21,24 +22,23 @@ func visit(g *plan.Geometry, slot int, f func(c, layer, head, token, d, region, 
 				for t := 0; t < desc.PageSize; t++ {
 					for d := 0; d < desc.HeadDims[c]; d++ {
 						r, off := kg.Offset(b, c, li, h, t, d)
-						if err := f(c, layer, g.HeadStart+h, t, d, r, off); err != nil {
-							return err
+						if !f(c, layer, g.HeadStart+h, t, d, r, off) {
+							return
 						}
 					}
 				}
 			}
 		}
 	}
-	return nil
 }
 
 // Fill writes the content of the page with seed into the page at slot of a
 // binding's regions.
 func Fill(g *plan.Geometry, regions [][]byte, slot int, seed uint64) {
 	n := g.Desc.ItemSize
-	_ = visit(g, slot, func(c, layer, head, token, d, r, off int) error {
+	visit(g, slot, func(c, layer, head, token, d, r, off int) bool {
 		Element(seed, c, layer, head, token, d, regions[r][off:off+n])
-		return nil
+		return true
 	})
 }
 
@@ -48,12 +48,15 @@ func Fill(g *plan.Geometry, regions [][]byte, slot int, seed uint64) {
 func Verify(g *plan.Geometry, regions [][]byte, slot int, seed uint64) error {
 	n := g.Desc.ItemSize
 	want := make([]byte, n)
-	return visit(g, slot, func(c, layer, head, token, d, r, off int) error {
+	var err error
+	visit(g, slot, func(c, layer, head, token, d, r, off int) bool {
 		Element(seed, c, layer, head, token, d, want)
 		if got := regions[r][off : off+n]; !bytes.Equal(got, want) {
-			return fmt.Errorf("component %d layer %d head %d token %d element %d (region %s offset %d): got %x, want %x",
+			err = fmt.Errorf("component %d layer %d head %d token %d element %d (region %s offset %d): got %x, want %x",
 				c, layer, head, token, d, g.RegionNames[r], off, got, want)
+			return false
 		}
-		return nil
+		return true
 	})
+	return err
 }
