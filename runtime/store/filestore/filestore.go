@@ -4,9 +4,10 @@
 //
 //	file:///abs/dir             the store in /abs/dir, created if missing
 //	file://localhost/abs/dir    the same
+//	file:///abs/dir?lease=30s   the same with a lease of 30s (Options.Lease)
 //
-// The path must be absolute; any other host, and any user, port, query or
-// fragment, is a *store.URLError.
+// The path must be absolute; any other host, and any user, port, query
+// parameter but lease, or fragment, is a *store.URLError.
 //
 // # Files
 //
@@ -15,29 +16,66 @@
 // prefix of the whole key, so that no key can name a path outside the store
 // and names differ even on a case-insensitive file system:
 //
-//	objects/<h>/<name>/claim    part count, newline, manifest key
-//	objects/<h>/<name>/part-<i> the bytes of part i
-//	meta/<h>/<name>             a metadata object
+//	objects-v2/<h>/<name>/claim           part count, generation, newline, manifest key
+//	objects-v2/<h>/<name>/part-<gen>-<i>  the bytes of part i, then its checksum
+//	objects-v2/<h>/<name>/lock            locked by writers (flock)
+//	meta/<h>/<name>                       a metadata object
 //
-// where <h> is the first two hex digits of the hash. Every file is written
-// whole to a temporary file beside it and then hard-linked into place, which
-// fails if the name exists: the first claim, the first copy of a part and the
-// first metadata object win atomically across processes, and a process killed
-// mid-write leaves at most a temporary file (".tmp-*"), never a part that
-// reads as written. A retry of a part that is already written writes nothing
-// and succeeds. An object is complete when its claim and all its parts exist;
-// a complete object never changes, so each process caches what it learns of
-// complete objects, and keeps a bounded set of open part files for positioned
-// reads. Query reads claims and stats part files; it never reads part data.
+// where <h> is the first two hex digits of the hash and <gen> the claim's
+// generation, 16 random hex digits. A part file ends with the part's
+// checksum (store.PartWrite.Checksum) as 8 little-endian bytes: the sum is
+// written, linked and removed with the part's bytes, and the part's size is
+// the file's size less 8. Every file is written whole to a temporary file
+// beside it and then hard-linked into place, which fails if the name exists:
+// the first claim, the first copy of a part and the first metadata object
+// win atomically across processes, and a process killed mid-write leaves at
+// most a temporary file (".tmp-*"), never a part that reads as written. A
+// retry of a part that is already written writes nothing and succeeds. An
+// object is complete when its claim and all the parts of the claim's
+// generation exist; a complete object never changes, so each process caches
+// what it learns of complete objects, and keeps a bounded set of open part
+// files for positioned reads: at most a quarter of the process's open-file
+// limit, and when an open fails for want of descriptors the cached files are
+// closed and the open is tried again. Query reads claims and the checksums
+// at the ends of part files; it never reads part data.
+//
+// Every file is opened without blocking and must be a regular file: a
+// directory, FIFO, device or symbolic link where a claim, part, lock or
+// metadata file should be is an error naming the path. Every size and count
+// read from a file is bounded before it is used (store.MaxParts,
+// store.MaxMetaBytes); a claim or part that does not parse makes its object
+// unreadable, reported in that object's store.Object.Err, and no other.
+//
+// # Leases and takeover
+//
+// A writer holds a shared lock on the object's lock file while it checks the
+// claim and writes a part, and then sets the claim's modification time: the
+// claim's age is the time since the object was last written to. An
+// incomplete object whose claim is older than the lease (Options.Lease,
+// store.DefaultLease by default) may be taken over by a writer of another
+// layout: it takes the lock exclusively, without waiting, so never while
+// another writer is writing; checks again; replaces the claim with its own,
+// of a new generation; and removes the parts of the old one. A writer still
+// holding the old claim's layout is refused from then on, and a part of the
+// old generation never counts towards the new one. A claim that does not
+// parse may be taken over the same way. A complete object is never taken
+// over. Locks are released when a process dies, so an object abandoned by a
+// killed writer is free once the lease has passed.
+//
+// When a writer writes to an object it also removes the object's temporary
+// files older than the lease (a killed writer's) and parts of other
+// generations (left by a takeover that was itself killed).
 //
 // # Durability
 //
 // By default nothing is synced: the store survives any process crash, but
 // after an operating-system crash or power loss recently written files may
-// hold zeros or be cut short. The store is a cache; wipe its directory after
-// such a crash, or open it with Options.Sync, which syncs every file before
-// linking it and the directory after. Temporary files of killed writers are
-// not removed; they are harmless and may be deleted while no process writes.
+// hold zeros or be cut short (a part's checksum then no longer matches its
+// bytes). The store is a cache; wipe its directory after such a crash, or
+// open it with Options.Sync, which syncs every file before linking it and
+// the directory after. A store written by an earlier version of this package
+// (an objects directory instead of objects-v2) reads as empty; delete the
+// old directory.
 package filestore
 
 import (
@@ -45,6 +83,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -57,6 +96,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
@@ -71,13 +114,14 @@ func openURL(_ context.Context, u *url.URL) (store.Store, error) {
 		}
 		return nil, &store.URLError{URL: s, Reason: reason}
 	}
+	var opts Options
 	switch {
 	case u.User != nil:
 		return bad("a file URL takes no user")
 	case u.Host != "" && u.Host != "localhost":
 		return bad(fmt.Sprintf("host %q is not empty or localhost; write file:///abs/dir, with three slashes", u.Host))
-	case u.RawQuery != "" || u.ForceQuery:
-		return bad("a file URL takes no query string")
+	case u.ForceQuery && u.RawQuery == "":
+		return bad("empty query string; a file URL takes only ?lease=")
 	case u.Fragment != "":
 		return bad("a file URL takes no fragment")
 	case u.Path == "":
@@ -85,7 +129,24 @@ func openURL(_ context.Context, u *url.URL) (store.Store, error) {
 	case !filepath.IsAbs(u.Path):
 		return bad(fmt.Sprintf("path %q is not absolute; write file:///abs/dir", u.Path))
 	}
-	return Open(u.Path, Options{})
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			return bad("cannot parse the query: " + err.Error())
+		}
+		for k, v := range q {
+			switch {
+			case k != "lease":
+				return bad(fmt.Sprintf("unknown parameter %q; a file URL takes only lease", k))
+			case len(v) != 1:
+				return bad("lease is given more than once")
+			}
+			if opts.Lease, err = store.ParseLease(v[0]); err != nil {
+				return bad(err.Error())
+			}
+		}
+	}
+	return Open(u.Path, opts)
 }
 
 // Options tune a store.
@@ -93,17 +154,34 @@ type Options struct {
 	// Sync makes every write durable before it returns (see the package
 	// documentation), at the cost of a file and a directory sync each.
 	Sync bool
-	// MaxOpenFiles bounds the part files kept open for reads; 0 means 256.
+	// MaxOpenFiles bounds the part files kept open for reads; 0 means 256
+	// or a quarter of the process's open-file limit (RLIMIT_NOFILE) when
+	// that is less, and at least 1.
 	MaxOpenFiles int
+	// Lease is how long an incomplete object's claim must have gone
+	// unwritten before a writer of another layout may take the object over;
+	// 0 means store.DefaultLease.
+	Lease time.Duration
+
+	now func() time.Time // the clock; nil means time.Now (tests set it)
 }
 
-const maxObjects = 1 << 16 // complete objects remembered per process
+const (
+	maxObjects       = 1 << 16 // complete objects remembered per process
+	maxManifestKey   = 4096    // bytes of a manifest key, so that claims stay small
+	maxClaimBytes    = maxManifestKey + 64
+	checksumBytes    = 8
+	objectsDir       = "objects-v2"
+	defaultOpenFiles = 256
+)
 
 // Store is a store in a directory.
 type Store struct {
 	dir      string
 	sync     bool
 	maxFiles int
+	lease    time.Duration
+	now      func() time.Time
 	closed   atomic.Bool
 
 	mu    sync.Mutex
@@ -114,8 +192,10 @@ type Store struct {
 // object is what a process knows of a complete object.
 type object struct {
 	dir      string
+	gen      string
 	manifest string
 	sizes    []int
+	sums     []uint64
 }
 
 type partID struct {
@@ -134,21 +214,39 @@ var errClosed = errors.New("store is closed")
 // Open opens the store in dir, creating the directory if it is missing.
 func Open(dir string, opts Options) (*Store, error) {
 	dir = filepath.Clean(dir)
-	for _, d := range []string{dir, filepath.Join(dir, "objects"), filepath.Join(dir, "meta")} {
+	for _, d := range []string{dir, filepath.Join(dir, objectsDir), filepath.Join(dir, "meta")} {
 		if err := os.MkdirAll(d, 0o777); err != nil {
 			return nil, fmt.Errorf("open file store: %w", err)
 		}
 	}
 	if opts.MaxOpenFiles <= 0 {
-		opts.MaxOpenFiles = 256
+		opts.MaxOpenFiles = defaultMaxOpenFiles()
+	}
+	if opts.Lease <= 0 {
+		opts.Lease = store.DefaultLease
+	}
+	if opts.now == nil {
+		opts.now = time.Now
 	}
 	return &Store{
 		dir:      dir,
 		sync:     opts.Sync,
 		maxFiles: opts.MaxOpenFiles,
+		lease:    opts.Lease,
+		now:      opts.now,
 		objs:     map[string]*object{},
 		files:    map[partID]*openFile{},
 	}, nil
+}
+
+// defaultMaxOpenFiles is 256, or a quarter of the soft open-file limit when
+// that is less, and at least 1.
+func defaultMaxOpenFiles() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur/4 >= defaultOpenFiles {
+		return defaultOpenFiles
+	}
+	return max(int(rl.Cur/4), 1)
 }
 
 // Dir returns the store's directory.
@@ -175,7 +273,7 @@ func fileName(key string) (fanout, name string) {
 
 func (s *Store) objectDir(key string) string {
 	fanout, name := fileName(key)
-	return filepath.Join(s.dir, "objects", fanout, name)
+	return filepath.Join(s.dir, objectsDir, fanout, name)
 }
 
 func (s *Store) metaPath(key string) string {
@@ -183,8 +281,8 @@ func (s *Store) metaPath(key string) string {
 	return filepath.Join(s.dir, "meta", fanout, name)
 }
 
-func partPath(dir string, part int) string {
-	return filepath.Join(dir, "part-"+strconv.Itoa(part))
+func partPath(dir, gen string, part int) string {
+	return filepath.Join(dir, "part-"+gen+"-"+strconv.Itoa(part))
 }
 
 // testHookFragment, when set, runs after each fragment of a part is written
@@ -207,106 +305,324 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 	return errs
 }
 
+// claim is the content of a claim file.
+type claim struct {
+	parts    int
+	gen      string
+	manifest string
+}
+
+func (c *claim) bytes() []byte {
+	return []byte(strconv.Itoa(c.parts) + " " + c.gen + "\n" + c.manifest)
+}
+
+func newGen() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// corruptError is a claim or part file that is a regular file but does not
+// parse.
+type corruptError struct {
+	path, reason string
+}
+
+func (e *corruptError) Error() string { return fmt.Sprintf("corrupt file %s: %s", e.path, e.reason) }
+
+// parseClaim parses a claim file's content.
+func parseClaim(path string, b []byte) (*claim, error) {
+	head, manifest, ok := strings.Cut(string(b), "\n")
+	if !ok {
+		return nil, &corruptError{path, "no newline"}
+	}
+	parts, gen, ok := strings.Cut(head, " ")
+	if !ok {
+		return nil, &corruptError{path, fmt.Sprintf("first line %q is not a part count and a generation", head)}
+	}
+	n, err := strconv.ParseInt(parts, 10, 64)
+	switch {
+	case err != nil:
+		return nil, &corruptError{path, fmt.Sprintf("part count %q is not a number", parts)}
+	case n < 1 || n > store.MaxParts:
+		return nil, &corruptError{path, fmt.Sprintf("part count %d is out of range [1,%d]", n, store.MaxParts)}
+	case len(gen) != 16 || strings.Trim(gen, "0123456789abcdef") != "":
+		return nil, &corruptError{path, fmt.Sprintf("generation %q is not 16 hex digits", gen)}
+	case manifest == "":
+		return nil, &corruptError{path, "empty manifest key"}
+	}
+	return &claim{parts: int(n), gen: gen, manifest: manifest}, nil
+}
+
 func (s *Store) writePart(w *store.PartWrite) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
+	if len(w.Manifest) > maxManifestKey {
+		return fmt.Errorf("write %s part %d: manifest key is %d bytes; the limit is %d", w.Key, w.Part, len(w.Manifest), maxManifestKey)
+	}
 	if s.cached(w.Key) != nil {
 		return store.ErrComplete
 	}
-	dir := s.objectDir(w.Key)
-	claim := []byte(strconv.Itoa(w.Parts) + "\n" + w.Manifest)
-	old, err := s.create(filepath.Join(dir, "claim"), [][]byte{claim}, -1)
-	if err != nil {
+	err := s.writeLocked(w, s.objectDir(w.Key))
+	if err != nil && err != store.ErrComplete && err != store.ErrLayoutConflict {
 		return fmt.Errorf("write %s part %d: %w", w.Key, w.Part, err)
 	}
-	if old != nil {
-		// Someone claimed the object first.
-		o, err := s.load(w.Key, dir, old)
-		switch {
-		case err != nil:
-			return fmt.Errorf("write %s part %d: %w", w.Key, w.Part, err)
-		case o != nil:
+	return err
+}
+
+// writeLocked writes a part under the object's lock.
+func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
+	lk, err := s.lock(dir)
+	if err != nil {
+		return err
+	}
+	defer lk.Close()
+	claimPath := filepath.Join(dir, "claim")
+	exclusive, cleaned := false, false
+	for {
+		b, mtime, err := s.readSmall(claimPath, maxClaimBytes)
+		if errors.Is(err, fs.ErrNotExist) {
+			// A new object: the first claim wins.
+			mine := claim{w.Parts, newGen(), w.Manifest}
+			if _, err := s.writeFile(claimPath, [][]byte{mine.bytes()}, -1, false); err != nil {
+				return err
+			}
+			continue // read the claim that won
+		}
+		var c *claim
+		if err == nil {
+			c, err = parseClaim(claimPath, b)
+		}
+		// A claim that is a regular file but does not parse, or is too
+		// big to be one, may be taken over after the lease like an
+		// abandoned one; any other error stops the write.
+		var corrupt *corruptError
+		var tooBig *tooBigError
+		corruptErr := err
+		if err != nil && !errors.As(err, &corrupt) && !errors.As(err, &tooBig) {
+			return err
+		}
+		if !cleaned {
+			cleaned = true
+			gen := ""
+			if c != nil {
+				gen = c.gen
+			}
+			s.removeStale(dir, gen)
+		}
+		if c != nil && c.parts == w.Parts && c.manifest == w.Manifest {
+			if complete, err := partsExist(dir, c); err != nil {
+				return err
+			} else if complete {
+				return store.ErrComplete
+			}
+			data := append(w.Data[:len(w.Data):len(w.Data)], binary.LittleEndian.AppendUint64(nil, w.Checksum))
+			if _, err := s.writeFile(partPath(dir, c.gen, w.Part), data, w.Part, false); err != nil {
+				return err
+			}
+			now := s.now()
+			return os.Chtimes(claimPath, now, now)
+		}
+		// Another layout, or a corrupt claim.
+		refuse := store.ErrLayoutConflict
+		if c == nil {
+			refuse = corruptErr
+		} else if complete, err := partsExist(dir, c); err != nil {
+			return err
+		} else if complete {
 			return store.ErrComplete
-		case !bytes.Equal(old, claim):
-			return store.ErrLayoutConflict
+		}
+		if s.now().Sub(mtime) <= s.lease {
+			return refuse
+		}
+		if !exclusive {
+			// Take the lock exclusively, without waiting: if another
+			// writer holds it, it is writing, and the object is not
+			// abandoned. Then look again.
+			ok, err := upgrade(lk)
+			if err != nil {
+				return fmt.Errorf("lock %s: %w", lk.Name(), err)
+			}
+			if !ok {
+				return refuse
+			}
+			exclusive = true
+			continue
+		}
+		// Take the object over: a claim of a new generation replaces the
+		// old one, and the old generation's parts go.
+		mine := claim{w.Parts, newGen(), w.Manifest}
+		if _, err := s.writeFile(claimPath, [][]byte{mine.bytes()}, -1, true); err != nil {
+			return err
+		}
+		s.removeStale(dir, mine.gen)
+	}
+}
+
+// upgrade turns a shared lock into an exclusive one without waiting. It
+// reports false, holding no lock, when another holds the lock; the caller
+// then only closes the file.
+func upgrade(f *os.File) (bool, error) {
+	fd := int(f.Fd())
+	if err := unix.Flock(fd, unix.LOCK_UN); err != nil {
+		return false, err
+	}
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		switch err {
+		case nil:
+			return true, nil
+		case unix.EWOULDBLOCK:
+			return false, nil
+		case unix.EINTR:
+			continue
+		}
+		return false, err
+	}
+}
+
+// lock opens the object's lock file, creating it and the object's directory
+// if they are missing, and takes a shared lock on it. Closing the file
+// releases the lock.
+func (s *Store) lock(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "lock")
+	f, err := s.open(path, os.O_RDWR|os.O_CREATE)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := s.mkdir(dir); err != nil {
+			return nil, err
+		}
+		f, err = s.open(path, os.O_RDWR|os.O_CREATE)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_SH)
+		if err != unix.EINTR {
+			break
 		}
 	}
-	// A part already written is kept; otherwise the first of racing writers
-	// wins.
-	if _, err := s.create(partPath(dir, w.Part), w.Data, w.Part); err != nil {
-		return fmt.Errorf("write %s part %d: %w", w.Key, w.Part, err)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// mkdir creates an object's directory and the fan-out one it is in.
+func (s *Store) mkdir(dir string) error {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	if s.sync {
+		for _, d := range []string{filepath.Dir(dir), filepath.Dir(filepath.Dir(dir))} {
+			if err := syncDir(d); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
-// create writes the concatenated data to path unless path exists. It returns
-// nil if it created path, or else the existing file's content (read only for
-// small files: parts, numbered part >= 0, are not read).
-func (s *Store) create(path string, data [][]byte, part int) (old []byte, err error) {
-	readOld := func() ([]byte, error) {
-		if part >= 0 {
-			return []byte{}, nil
+// partsExist reports whether every part of c's generation exists in dir.
+func partsExist(dir string, c *claim) (bool, error) {
+	for p := range c.parts {
+		if _, err := os.Lstat(partPath(dir, c.gen, p)); errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		} else if err != nil {
+			return false, err
 		}
-		b, err := os.ReadFile(path)
-		if b == nil && err == nil {
-			b = []byte{}
-		}
-		return b, err
 	}
-	if _, err := os.Lstat(path); err == nil {
-		return readOld()
+	return true, nil
+}
+
+// removeStale removes, from an object's directory, temporary files older
+// than the lease and, unless gen is empty, parts of generations other than
+// gen. Failures are ignored: the files are harmless, and the next
+// write tries again.
+func (s *Store) removeStale(dir, gen string) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	now := s.now()
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		switch {
+		case strings.HasPrefix(name, ".tmp-"):
+			if fi, err := os.Lstat(path); err == nil && now.Sub(fi.ModTime()) > s.lease {
+				os.Remove(path)
+			}
+		case gen != "" && strings.HasPrefix(name, "part-") && !strings.HasPrefix(name, "part-"+gen+"-"):
+			os.Remove(path)
+		}
+	}
+}
+
+// writeFile writes the concatenated data to a temporary file beside path
+// and links it to path unless path exists (created is then false), or, with
+// replace, renames it over path. The file's modification time is the
+// store's clock. part >= 0 runs testHookFragment.
+func (s *Store) writeFile(path string, data [][]byte, part int, replace bool) (created bool, err error) {
+	if !replace {
+		if _, err := os.Lstat(path); err == nil {
+			return false, nil
+		}
 	}
 	dir := filepath.Dir(path)
 	tmp, err := createTemp(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o777); err != nil {
-			return nil, err
-		}
-		if s.sync {
-			// The new directory and the fan-out one it may be in.
-			for _, d := range []string{filepath.Dir(dir), filepath.Dir(filepath.Dir(dir))} {
-				if err := syncDir(d); err != nil {
-					return nil, err
-				}
-			}
+		if err := s.mkdir(dir); err != nil {
+			return false, err
 		}
 		tmp, err = createTemp(dir)
 	}
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	defer os.Remove(tmp.Name())
 	for i, d := range data {
 		if _, err := tmp.Write(d); err != nil {
 			tmp.Close()
-			return nil, err
+			return false, err
 		}
-		if part >= 0 && testHookFragment != nil {
+		if part >= 0 && testHookFragment != nil && i < len(data)-1 {
 			testHookFragment(part, i)
 		}
 	}
 	if s.sync {
 		if err := tmp.Sync(); err != nil {
 			tmp.Close()
-			return nil, err
+			return false, err
 		}
 	}
 	if err := tmp.Close(); err != nil {
-		return nil, err
+		return false, err
 	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return readOld()
+	now := s.now()
+	if err := os.Chtimes(tmp.Name(), now, now); err != nil {
+		return false, err
+	}
+	if replace {
+		err = os.Rename(tmp.Name(), path)
+	} else {
+		err = os.Link(tmp.Name(), path)
+	}
+	if err != nil {
+		if !replace && errors.Is(err, fs.ErrExist) {
+			return false, nil
 		}
-		return nil, err
+		return false, err
 	}
 	if s.sync {
 		if err := syncDir(dir); err != nil {
-			return nil, err
+			return false, err
 		}
 	}
-	return nil, nil
+	return true, nil
 }
 
 func createTemp(dir string) (*os.File, error) {
@@ -327,6 +643,128 @@ func syncDir(dir string) error {
 	return err
 }
 
+// notRegularError is a path that is not a regular file.
+type notRegularError struct {
+	path string
+	mode fs.FileMode
+}
+
+func (e *notRegularError) Error() string {
+	kind := "not a regular file"
+	switch t := e.mode.Type(); {
+	case t&fs.ModeDir != 0:
+		kind = "a directory"
+	case t&fs.ModeNamedPipe != 0:
+		kind = "a FIFO"
+	case t&fs.ModeSymlink != 0:
+		kind = "a symbolic link"
+	case t&fs.ModeSocket != 0:
+		kind = "a socket"
+	case t&fs.ModeDevice != 0:
+		kind = "a device"
+	}
+	return fmt.Sprintf("%s is %s, not a regular file", e.path, kind)
+}
+
+// open opens a regular file without blocking (a FIFO in its place does not
+// hang the open) and without following a symbolic link, and refuses
+// anything but a regular file. When the process is out of file descriptors
+// it closes the cached part files and tries once more.
+func (s *Store) open(path string, flag int) (*os.File, error) {
+	f, err := openRegular(path, flag)
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		s.dropFiles()
+		f, err = openRegular(path, flag)
+	}
+	return f, err
+}
+
+func openRegular(path string, flag int) (*os.File, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open(path, flag|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o666)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	switch {
+	case err == unix.ELOOP:
+		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return nil, &notRegularError{path, fi.Mode()}
+		}
+		fallthrough
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		mode := fs.FileMode(0)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			mode = fs.ModeDir
+		case unix.S_IFIFO:
+			mode = fs.ModeNamedPipe
+		case unix.S_IFSOCK:
+			mode = fs.ModeSocket
+		case unix.S_IFCHR, unix.S_IFBLK:
+			mode = fs.ModeDevice
+		default:
+			mode = fs.ModeIrregular
+		}
+		return nil, &notRegularError{path, mode}
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "fcntl", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// readSmall reads a regular file of at most limit bytes, and returns it with
+// its modification time. It never reads more than limit+1 bytes. A bigger
+// file gives a *tooBigError, with the modification time.
+func (s *Store) readSmall(path string, limit int64) ([]byte, time.Time, error) {
+	f, err := s.open(path, os.O_RDONLY)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if fi.Size() > limit {
+		return nil, fi.ModTime(), &tooBigError{path, fi.Size(), limit}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fi.ModTime(), &tooBigError{path, -1, limit}
+	}
+	return b, fi.ModTime(), nil
+}
+
+// tooBigError is a file past the size its kind may have.
+type tooBigError struct {
+	path        string
+	size, limit int64 // size -1: more than the limit
+}
+
+func (e *tooBigError) Error() string {
+	if e.size < 0 {
+		return fmt.Sprintf("%s is more than %d bytes; the limit is %d", e.path, e.limit, e.limit)
+	}
+	return fmt.Sprintf("%s is %d bytes; the limit is %d", e.path, e.size, e.limit)
+}
+
 func (s *Store) cached(key string) *object {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -339,34 +777,29 @@ func (s *Store) lookup(key string) (*object, error) {
 		return o, nil
 	}
 	dir := s.objectDir(key)
-	claim, err := os.ReadFile(filepath.Join(dir, "claim"))
+	path := filepath.Join(dir, "claim")
+	b, _, err := s.readSmall(path, maxClaimBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return s.load(key, dir, claim)
-}
-
-// load returns the object under key, with the given claim, if it is
-// complete, and remembers it.
-func (s *Store) load(key, dir string, claim []byte) (*object, error) {
-	parts, manifest, ok := strings.Cut(string(claim), "\n")
-	n, err := strconv.Atoi(parts)
-	if !ok || err != nil || n < 1 || manifest == "" {
-		return nil, fmt.Errorf("corrupt claim file %s", filepath.Join(dir, "claim"))
+	c, err := parseClaim(path, b)
+	if err != nil {
+		return nil, err
 	}
-	o := &object{dir: dir, manifest: manifest, sizes: make([]int, n)}
-	for p := range n {
-		fi, err := os.Stat(partPath(dir, p))
+	o := &object{dir: dir, gen: c.gen, manifest: c.manifest, sizes: make([]int, 0, min(c.parts, 64)), sums: make([]uint64, 0, min(c.parts, 64))}
+	for p := range c.parts {
+		size, sum, err := s.readTrailer(partPath(dir, c.gen, p))
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		o.sizes[p] = int(fi.Size())
+		o.sizes = append(o.sizes, size)
+		o.sums = append(o.sums, sum)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -380,7 +813,30 @@ func (s *Store) load(key, dir string, claim []byte) (*object, error) {
 	return o, nil
 }
 
-// Query implements store.Store.
+// readTrailer returns the size of a part and its checksum.
+func (s *Store) readTrailer(path string) (int, uint64, error) {
+	f, err := s.open(path, os.O_RDONLY)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	n := fi.Size() - checksumBytes
+	if n < 0 {
+		return 0, 0, &corruptError{path, fmt.Sprintf("%d bytes, too short to hold a checksum", fi.Size())}
+	}
+	var b [checksumBytes]byte
+	if _, err := f.ReadAt(b[:], n); err != nil {
+		return 0, 0, err
+	}
+	return int(n), binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// Query implements store.Store. An object whose files cannot be read is
+// reported in its Object.Err.
 func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error) {
 	if s.closed.Load() {
 		return nil, errClosed
@@ -391,11 +847,12 @@ func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error
 			return nil, err
 		}
 		o, err := s.lookup(k)
-		if err != nil {
-			return nil, fmt.Errorf("query %s: %w", k, err)
-		}
-		if o != nil {
-			objs[i] = store.Object{Complete: true, Manifest: o.manifest, PartSizes: append([]int(nil), o.sizes...)}
+		switch {
+		case err != nil:
+			objs[i].Err = fmt.Errorf("query %s: %w", k, err)
+		case o != nil:
+			objs[i] = store.Object{Complete: true, Manifest: o.manifest,
+				PartSizes: append([]int(nil), o.sizes...), Checksums: append([]uint64(nil), o.sums...)}
 		}
 	}
 	return objs, nil
@@ -409,17 +866,25 @@ func (s *Store) PutMeta(ctx context.Context, key string, val []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	old, err := s.create(s.metaPath(key), [][]byte{val}, -1)
-	switch {
-	case err != nil:
+	if err := store.CheckMetaSize(key, int64(len(val))); err != nil {
+		return err
+	}
+	path := s.metaPath(key)
+	created, err := s.writeFile(path, [][]byte{val}, -1, false)
+	if err == nil && !created {
+		var old []byte
+		if old, _, err = s.readSmall(path, store.MaxMetaBytes); err == nil && !bytes.Equal(old, val) {
+			return store.ErrMetaConflict
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("put metadata %s: %w", key, err)
-	case old != nil && !bytes.Equal(old, val):
-		return store.ErrMetaConflict
 	}
 	return nil
 }
 
-// GetMeta implements store.Store.
+// GetMeta implements store.Store. It reads at most store.MaxMetaBytes+1
+// bytes, and fails past the limit.
 func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, error) {
 	if s.closed.Load() {
 		return nil, errClosed
@@ -427,7 +892,7 @@ func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(s.metaPath(key))
+	b, _, err := s.readSmall(s.metaPath(key), store.MaxMetaBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, store.ErrNotFound
@@ -529,7 +994,7 @@ func (s *Store) acquire(o *object, key string, part int) (*openFile, error) {
 		return f, nil
 	}
 	s.mu.Unlock()
-	osf, err := os.Open(partPath(o.dir, part))
+	osf, err := s.open(partPath(o.dir, o.gen, part), os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
@@ -550,8 +1015,8 @@ func (s *Store) acquire(o *object, key string, part int) (*openFile, error) {
 		}
 	}
 	f := &openFile{f: osf, refs: 1}
-	if s.closed.Load() {
-		f.closed = true
+	if s.closed.Load() || len(s.files) >= s.maxFiles {
+		f.closed = true // every cached file is in use: do not cache this one
 	} else {
 		s.files[id] = f
 	}
@@ -564,6 +1029,18 @@ func (s *Store) release(f *openFile) {
 	f.refs--
 	if f.refs == 0 && f.closed {
 		f.f.Close()
+	}
+}
+
+// dropFiles closes the cached part files that no read is using.
+func (s *Store) dropFiles() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, f := range s.files {
+		if f.refs == 0 {
+			f.f.Close()
+			delete(s.files, k)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -16,22 +17,60 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/store/storetest"
 )
 
+// backend is the conformance suite's view of stores in dir.
+func backend(dir string, opts Options) storetest.Backend {
+	return storetest.Backend{
+		Open: func(t *testing.T) store.Store {
+			s, err := Open(dir, opts)
+			require.NoError(t, err)
+			return s
+		},
+		OpenLease: func(t *testing.T, lease time.Duration) store.Store {
+			o := opts
+			o.Lease = lease
+			s, err := Open(dir, o)
+			require.NoError(t, err)
+			return s
+		},
+		Age: func(t *testing.T, s store.Store, key string, d time.Duration) {
+			age(t, s.(*Store), key, d)
+		},
+		Corrupt: func(t *testing.T, s store.Store, key string) {
+			fs := s.(*Store)
+			require.NoError(t, os.WriteFile(filepath.Join(fs.objectDir(key), "claim"), []byte("garbage"), 0o666))
+			fs.forget(key)
+		},
+	}
+}
+
+// age makes the claim of key look d older.
+func age(t *testing.T, s *Store, key string, d time.Duration) {
+	path := filepath.Join(s.objectDir(key), "claim")
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.NoError(t, os.Chtimes(path, fi.ModTime().Add(-d), fi.ModTime().Add(-d)))
+}
+
+// forget drops what s caches of key.
+func (s *Store) forget(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.objs, key)
+	for id, f := range s.files {
+		if id.key == key && f.refs == 0 {
+			f.f.Close()
+			delete(s.files, id)
+		}
+	}
+}
+
 func TestConformance(t *testing.T) {
 	dir := t.TempDir() // one directory for all subtests, as many processes would share it
-	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := Open(dir, Options{})
-		require.NoError(t, err)
-		return s
-	})
+	storetest.RunBackend(t, backend(dir, Options{}))
 }
 
 func TestConformanceSyncFewFiles(t *testing.T) {
-	dir := t.TempDir()
-	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := Open(dir, Options{Sync: true, MaxOpenFiles: 2})
-		require.NoError(t, err)
-		return s
-	})
+	storetest.RunBackend(t, backend(t.TempDir(), Options{Sync: true, MaxOpenFiles: 2}))
 }
 
 // TestConformanceByURL opens a new store per subtest, as a new process
@@ -57,6 +96,12 @@ func TestOpenURL(t *testing.T) {
 	s, err = store.Open(ctx, "file://localhost"+dir+"/")
 	require.NoError(t, err)
 	require.Equal(t, dir, s.(*Store).Dir())
+	require.Equal(t, store.DefaultLease, s.(*Store).lease)
+	require.NoError(t, s.Close())
+
+	s, err = store.Open(ctx, "file://"+dir+"?lease=90s")
+	require.NoError(t, err)
+	require.Equal(t, 90*time.Second, s.(*Store).lease)
 	require.NoError(t, s.Close())
 
 	for _, c := range []struct{ url, reason string }{
@@ -65,8 +110,14 @@ func TestOpenURL(t *testing.T) {
 		{"file://data/kv", `host "data" is not empty or localhost; write file:///abs/dir, with three slashes`},
 		{"file://./kv", `host "." is not empty or localhost; write file:///abs/dir, with three slashes`},
 		{"file://host:80/kv", `host "host:80" is not empty or localhost; write file:///abs/dir, with three slashes`},
-		{"file:///kv?sync=1", "a file URL takes no query string"},
-		{"file:///kv?", "a file URL takes no query string"},
+		{"file:///kv?sync=1", `unknown parameter "sync"; a file URL takes only lease`},
+		{"file:///kv?lease=1s&sync=1", `unknown parameter "sync"; a file URL takes only lease`},
+		{"file:///kv?lease=1s&lease=1s", "lease is given more than once"},
+		{"file:///kv?lease=1", `lease "1" is not a positive duration such as 30s or 10m`},
+		{"file:///kv?lease=0s", `lease "0s" is not a positive duration such as 30s or 10m`},
+		{"file:///kv?lease=-5m", `lease "-5m" is not a positive duration such as 30s or 10m`},
+		{"file:///kv?lease=x%zz", `cannot parse the query: invalid URL escape "%zz"`},
+		{"file:///kv?", "empty query string; a file URL takes only ?lease="},
 		{"file:///kv#x", "a file URL takes no fragment"},
 		{"file://me@/kv", "a file URL takes no user"},
 	} {
@@ -125,7 +176,7 @@ func TestHostileKeys(t *testing.T) {
 		data := []byte{byte(i), 1, 2}
 		objs, err := s.Query(ctx, []string{k})
 		require.NoError(t, err)
-		require.Equal(t, []store.Object{{Complete: true, Manifest: "../m", PartSizes: []int{3}}}, objs, "%q", k)
+		require.Equal(t, []store.Object{{Complete: true, Manifest: "../m", PartSizes: []int{3}, Checksums: []uint64{0}}}, objs, "%q", k)
 		got := make([]byte, 3)
 		n, err := s.ReadRanges(ctx, []store.Range{{Key: k, Dst: [][]byte{got}}})
 		require.NoError(t, err)
@@ -145,7 +196,7 @@ func TestHostileKeys(t *testing.T) {
 		}
 		return err
 	}))
-	require.Equal(t, 3*len(keys), files) // a claim, a part and a metadata object each
+	require.Equal(t, 4*len(keys), files) // a claim, a lock, a part and a metadata object each
 }
 
 func TestInvalidWrite(t *testing.T) {
@@ -163,7 +214,7 @@ func TestInvalidWrite(t *testing.T) {
 	require.EqualError(t, errs[1], "write k part 2: part out of range [0,2)")
 	require.EqualError(t, errs[2], "write k part -1: part out of range [0,2)")
 	require.EqualError(t, errs[3], "write k part 0: empty manifest key")
-	entries, err := os.ReadDir(filepath.Join(s.Dir(), "objects"))
+	entries, err := os.ReadDir(filepath.Join(s.Dir(), objectsDir))
 	require.NoError(t, err)
 	require.Empty(t, entries)
 }
@@ -187,22 +238,6 @@ func TestClosed(t *testing.T) {
 	require.EqualError(t, s.PutMeta(ctx, "m", nil), "store is closed")
 	_, err = s.GetMeta(ctx, "m")
 	require.EqualError(t, err, "store is closed")
-}
-
-// TestCorruptClaim: a claim file that is not one makes Query fail loudly.
-func TestCorruptClaim(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open(t.TempDir(), Options{})
-	require.NoError(t, err)
-	defer s.Close()
-	dir := s.objectDir("k")
-	require.NoError(t, os.MkdirAll(dir, 0o777))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "claim"), []byte("x"), 0o666))
-	_, err = s.Query(ctx, []string{"k"})
-	require.EqualError(t, err, "query k: corrupt claim file "+filepath.Join(dir, "claim"))
-	n, err := s.ReadRanges(ctx, []store.Range{{Key: "k", Dst: [][]byte{make([]byte, 1)}}})
-	require.Equal(t, 0, n)
-	require.EqualError(t, err, "read k part 0 [0,1): corrupt claim file "+filepath.Join(dir, "claim"))
 }
 
 func TestReadRangesAllocs(t *testing.T) {

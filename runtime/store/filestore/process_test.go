@@ -164,8 +164,11 @@ func (l bigLayoutT) write(key string, part int) store.PartWrite {
 		frags = append(frags, b[:256<<10])
 		b = b[256<<10:]
 	}
-	return store.PartWrite{Key: key, Part: part, Parts: 2, Manifest: l.manifest, Data: append(frags, b)}
+	frags = append(frags, b)
+	return store.PartWrite{Key: key, Part: part, Parts: 2, Manifest: l.manifest, Data: frags, Checksum: store.PartChecksum(l.manifest, part, frags)}
 }
+
+func (l bigLayoutT) sum(key string, part int) uint64 { return l.write(key, part).Checksum }
 
 // TestKilledWriter kills a writer process in the middle of a part: the part
 // never reads as written, the object is not complete, and another process's
@@ -209,7 +212,7 @@ func TestKilledWriter(t *testing.T) {
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{l.write(key, 0)}))
 	objs, err = s.Query(ctx, []string{key})
 	require.NoError(t, err)
-	require.Equal(t, []store.Object{{Complete: true, Manifest: l.manifest, PartSizes: []int{2 << 20, 1000}}}, objs)
+	require.Equal(t, []store.Object{{Complete: true, Manifest: l.manifest, PartSizes: []int{2 << 20, 1000}, Checksums: []uint64{l.sum(key, 0), l.sum(key, 1)}}}, objs)
 	for part, size := range []int{2 << 20, 1000} {
 		got := make([]byte, size)
 		n, err := s.ReadRanges(ctx, []store.Range{{Key: key, Part: part, Dst: [][]byte{got}}})
