@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvreshard/kvreshard/internal/lru"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
@@ -53,6 +55,8 @@ type Stats struct {
 	Ops               int64 // range reads issued
 	ManifestsRejected int64 // manifests missing, corrupt or of another model
 	Fallbacks         int64 // plans built on the interpreter
+	PartsChecked      int64 // whole parts checked against their checksums
+	ChecksumErrors    int64 // parts whose bytes did not match their checksum
 }
 
 // Reader reads pages into one rank's pool.
@@ -65,6 +69,10 @@ type Reader struct {
 	manifests *lru.Cache[*manifest.Manifest] // validated, by manifest key
 
 	requests, pages, hits, misses, bytes, ops, rejected atomic.Int64
+	checked, badSums                                    atomic.Int64
+
+	// checkPlans holds the whole-part plans of CheckParts, by layout id.
+	checkPlans *lru.Cache[checkPlan]
 
 	// stages holds staging buffers, at most the planner's staging bound,
 	// one per Read in progress that has staged plans; bufs the ranges and
@@ -88,7 +96,8 @@ func NewReader(st store.Store, domain string, d *manifest.Descriptor, b plan.Bin
 	if opts.CopyWorkers == 0 {
 		opts.CopyWorkers = runtime.GOMAXPROCS(0)
 	}
-	r := &Reader{st: st, domain: domain, planner: p, opts: opts, manifests: lru.New[*manifest.Manifest](opts.Manifests)}
+	r := &Reader{st: st, domain: domain, planner: p, opts: opts, manifests: lru.New[*manifest.Manifest](opts.Manifests),
+		checkPlans: lru.New[checkPlan](p.Options().Templates)}
 	r.stages.New = func() any { return new([]byte) }
 	r.bufs.New = func() any { return new(execBufs) }
 	return r, nil
@@ -105,6 +114,7 @@ func (r *Reader) Stats() Stats {
 	return Stats{
 		Requests: r.requests.Load(), Pages: r.pages.Load(), Hits: r.hits.Load(), Misses: r.misses.Load(),
 		Bytes: r.bytes.Load(), Ops: r.ops.Load(), ManifestsRejected: r.rejected.Load(), Fallbacks: r.planner.Fallbacks(),
+		PartsChecked: r.checked.Load(), ChecksumErrors: r.badSums.Load(),
 	}
 }
 
@@ -116,21 +126,93 @@ type Result struct {
 	Bytes int
 	Ops   int
 	// Stop says why the read stopped before the last requested page: a
-	// miss, a rejected manifest, the budget, cancellation or a failed read.
+	// miss, a rejected manifest, the budget, cancellation, a part that
+	// failed its checksum, or a failed query or read (Classify sorts them).
 	// It is nil when every page was read.
 	Stop error
 }
 
 // Errors that say why a read stopped early.
 var (
-	ErrMiss   = errors.New("page missing or incomplete")
+	// ErrMiss: the page is missing or incomplete, or its part vanished
+	// (evicted or rewritten in another layout) between the query and the
+	// read; then the store's error is wrapped too.
+	ErrMiss = errors.New("page missing or incomplete")
+	// ErrBudget: the page is past the reader's prefetch budget.
 	ErrBudget = errors.New("prefetch budget reached")
+	// ErrManifest: the page's manifest is missing, corrupt or of another
+	// model domain, does not match the stored object, or describes a layout
+	// this reader cannot plan (no compiled kernel when they are required,
+	// over the plan limits, another page geometry).
+	ErrManifest = errors.New("manifest rejected")
 )
+
+// StopReason is the kind of a Result.Stop, for callers that map it to a
+// code (the C binding) or an exit status (kvreshard read).
+type StopReason uint8
+
+// The kinds of Result.Stop.
+const (
+	StopNone     StopReason = iota // nil: every page was read
+	StopMiss                       // ErrMiss: a cache miss, not a failure
+	StopBudget                     // ErrBudget: the prefetch budget, not a failure
+	StopCanceled                   // the context was canceled or its deadline passed
+	StopRejected                   // ErrManifest: the page's layout was refused
+	StopChecksum                   // store.ErrChecksum: a part's bytes are corrupt
+	StopFailed                     // a failed query or read, an unreadable object
+)
+
+var stopNames = [...]string{"none", "miss", "budget", "canceled", "rejected", "checksum", "failed"}
+
+func (s StopReason) String() string {
+	if int(s) < len(stopNames) {
+		return stopNames[s]
+	}
+	return fmt.Sprintf("stop(%d)", s)
+}
+
+// Classify returns the kind of a Result.Stop.
+func Classify(stop error) StopReason {
+	switch {
+	case stop == nil:
+		return StopNone
+	case errors.Is(stop, ErrMiss):
+		return StopMiss
+	case errors.Is(stop, ErrBudget):
+		return StopBudget
+	case errors.Is(stop, context.Canceled), errors.Is(stop, context.DeadlineExceeded):
+		return StopCanceled
+	case errors.Is(stop, store.ErrChecksum):
+		return StopChecksum
+	case errors.Is(stop, ErrManifest):
+		return StopRejected
+	}
+	return StopFailed
+}
+
+// rejected marks an error that refuses a page's layout as ErrManifest,
+// keeping its text.
+type rejected struct{ err error }
+
+func (e rejected) Error() string        { return e.err.Error() }
+func (e rejected) Unwrap() error        { return e.err }
+func (e rejected) Is(target error) bool { return target == ErrManifest }
+
+// queryBatch is the number of keys a Read or Exists asks the store about
+// at once: a request stops querying at the first batch with an incomplete
+// page, so a long request past the cached prefix costs one batch.
+const queryBatch = 256
 
 // Read reads the pages keys[i] into slot slots[i] of the pool regions. It
 // reads the leading run of complete pages and reports how many it read in
 // full. An error is returned only for bad arguments; everything that makes
 // a page a miss is in Result.Stop.
+//
+// Every read that fetches a whole part (a staged read of the whole part, a
+// part lent by a store.Viewer; every part with CheckParts) is checked
+// against the part's checksum before its bytes are copied into the pool,
+// unless SkipPartChecks: a mismatch stops the read at that page with
+// store.ErrChecksum.
 func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [][]byte) (Result, error) {
 	var res Result
 	if len(slots) != len(keys) {
@@ -166,36 +248,20 @@ func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [
 		res.Stop = err
 		return res, nil
 	}
-	objs, err := r.st.Query(ctx, keys[:n])
-	if err != nil {
-		res.Stop = fmt.Errorf("query: %w", err)
+	pages, stop := r.lookup(ctx, keys[:n])
+	if stop != nil {
+		res.Stop = stop
+	}
+	if len(pages.tpls) == 0 {
 		return res, nil
 	}
-	// The leading run of complete pages whose manifests validate.
-	tpls := make([]*plan.Plan, 0, n)
-	for i, o := range objs {
-		if !o.Complete {
-			n, res.Stop = i, fmt.Errorf("%w: %s", ErrMiss, keys[i])
-			break
+	tpls := pages.tpls
+	if r.opts.CheckParts {
+		for i, t := range tpls {
+			tpls[i] = r.wholeParts(t)
 		}
-		m, err := r.manifest(ctx, o.Manifest)
-		if err == nil {
-			err = checkObject(m, o)
-		}
-		var tpl *plan.Plan
-		if err == nil {
-			tpl, err = r.planner.Template(m)
-		}
-		if err != nil {
-			n, res.Stop = i, fmt.Errorf("page %s: %w", keys[i], err)
-			break
-		}
-		tpls = append(tpls, tpl)
 	}
-	if n == 0 {
-		return res, nil
-	}
-	x := r.newExec(ctx, tpls, keys, slots, regions)
+	x := r.newExec(ctx, tpls, pages.sums, keys, slots, regions)
 	defer x.release()
 	for i := range tpls {
 		if !x.add(i) {
@@ -209,9 +275,145 @@ func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [
 		res.Ops += t.OpCount()
 	}
 	if x.err != nil {
-		res.Stop = fmt.Errorf("page %s: %w", keys[res.Hit], x.err)
+		key := keys[res.Hit]
+		if errors.Is(x.err, store.ErrNotFound) || errors.Is(x.err, store.ErrChanged) {
+			// Evicted or rewritten since the query: a miss, as if the
+			// query had come a moment later.
+			res.Stop = fmt.Errorf("%w: %s: %w", ErrMiss, key, x.err)
+		} else {
+			res.Stop = fmt.Errorf("page %s: %w", key, x.err)
+		}
 	}
 	return res, nil
+}
+
+// Exists returns the number of leading pages of keys that are complete and
+// whose manifests this reader accepts: the pages a Read would read, but
+// for one that changes in between. Like Read, it queries the store in
+// batches and stops at the first page that is not. The error says why
+// that page is not readable when it is not a plain miss: a failed query,
+// an unreadable object, a rejected manifest or layout (ErrManifest),
+// cancellation; it is nil for a missing or incomplete page, and when every
+// page exists.
+func (r *Reader) Exists(ctx context.Context, keys []string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	pages, stop := r.lookup(ctx, keys)
+	if errors.Is(stop, ErrMiss) {
+		stop = nil
+	}
+	return len(pages.tpls), stop
+}
+
+// found is the leading run of readable pages of a request: each page's
+// template and the checksums of its parts (nil when the store has none).
+type found struct {
+	tpls []*plan.Plan
+	sums [][]uint64
+}
+
+// lookup queries keys in batches of queryBatch and returns the leading run
+// of complete pages whose manifests validate and whose layouts plan, and
+// why the run ends before the last key (nil when it does not).
+func (r *Reader) lookup(ctx context.Context, keys []string) (found, error) {
+	var f found
+	for at := 0; at < len(keys); at += queryBatch {
+		batch := keys[at:min(at+queryBatch, len(keys))]
+		objs, err := r.st.Query(ctx, batch)
+		if err == nil && len(objs) != len(batch) {
+			err = fmt.Errorf("store returned %d objects for %d keys", len(objs), len(batch))
+		}
+		if err != nil {
+			return f, fmt.Errorf("query: %w", err)
+		}
+		if f.tpls == nil {
+			f.tpls = make([]*plan.Plan, 0, min(len(keys), 4*queryBatch))
+			f.sums = make([][]uint64, 0, cap(f.tpls))
+		}
+		for i, o := range objs {
+			key := batch[i]
+			if o.Err != nil {
+				return f, fmt.Errorf("page %s: %w", key, o.Err)
+			}
+			if !o.Complete {
+				return f, fmt.Errorf("%w: %s", ErrMiss, key)
+			}
+			if o.Checksums != nil && len(o.Checksums) != len(o.PartSizes) {
+				return f, fmt.Errorf("page %s: object has %d part checksums for %d parts", key, len(o.Checksums), len(o.PartSizes))
+			}
+			m, err := r.manifest(ctx, o.Manifest)
+			if err != nil {
+				return f, fmt.Errorf("page %s: %w", key, err)
+			}
+			var tpl *plan.Plan
+			if err = checkObject(m, o); err == nil {
+				tpl, err = r.planner.Template(m)
+			}
+			if err != nil {
+				return f, fmt.Errorf("page %s: %w", key, rejected{err})
+			}
+			f.tpls = append(f.tpls, tpl)
+			f.sums = append(f.sums, o.Checksums)
+		}
+	}
+	return f, nil
+}
+
+// checkPlan is the whole-part plan of a template (CheckParts).
+type checkPlan struct {
+	of, plan *plan.Plan
+}
+
+// wholeParts returns the plan of tpl's page that reads each part it needs
+// whole, in part order, into staging, and copies its runs from there: with
+// the pair's copy kernel where tpl has a kernel read of that part, run by
+// run otherwise. The reads of a page share one staging round, so that
+// every part of it is checked before any byte of it reaches the pool (the
+// staging buffer grows past the planner's bound when they need more).
+func (r *Reader) wholeParts(tpl *plan.Plan) *plan.Plan {
+	if c, ok := r.checkPlans.Get(tpl.LayoutID); ok && c.of == tpl {
+		return c.plan
+	}
+	m := tpl.Manifest
+	pl := *tpl // keeps the template's copy kernels
+	pl.Strategy, pl.Reads, pl.ReadBytes, pl.StageBytes, pl.Rounds = plan.Staged, nil, 0, 0, 1
+	pl.Estimate, pl.Estimates = 0, [plan.Auto]time.Duration{}
+	ops := tpl.Ops
+	bySource := func(a, b plan.Op) int {
+		if a.Part != b.Part {
+			return int(a.Part) - int(b.Part)
+		}
+		return a.Src - b.Src
+	}
+	if !slices.IsSortedFunc(ops, bySource) {
+		ops = slices.Clone(ops)
+		slices.SortFunc(ops, bySource)
+	}
+	pl.Ops = ops
+	for a := 0; a < len(ops); {
+		part := ops[a].Part
+		b := a
+		for b < len(ops) && ops[b].Part == part {
+			b++
+		}
+		rd := plan.Read{Part: part, Len: m.PartBytes(int(part)), First: a, N: b - a, Stage: (pl.StageBytes + 63) &^ 63}
+		if tpl.Strategy == plan.Staged {
+			// A kernel read of this part is already whole, over the same
+			// ops (the template's staged ops are in source order).
+			for _, k := range tpl.Reads {
+				if k.Part == part && k.Kernel && k.First == a && k.N == b-a {
+					rd.Kernel = true
+				}
+			}
+		}
+		pl.StageBytes = rd.Stage + rd.Len
+		pl.ReadBytes += rd.Len
+		pl.Reads = append(pl.Reads, rd)
+		a = b
+	}
+	r.checkPlans.Put(tpl.LayoutID, checkPlan{of: tpl, plan: &pl})
+	return &pl
 }
 
 // exec issues the ranges of a request's plans in page order, in batches:
@@ -226,6 +428,7 @@ type exec struct {
 	r       *Reader
 	ctx     context.Context
 	tpls    []*plan.Plan
+	sums    [][]uint64 // the checksums of each page's parts (nil: none)
 	keys    []string
 	slots   []int
 	regions [][]byte
@@ -264,7 +467,7 @@ type unit struct {
 	base  int
 }
 
-func (r *Reader) newExec(ctx context.Context, tpls []*plan.Plan, keys []string, slots []int, regions [][]byte) *exec {
+func (r *Reader) newExec(ctx context.Context, tpls []*plan.Plan, sums [][]uint64, keys []string, slots []int, regions [][]byte) *exec {
 	nr, ns := 0, 0
 	for _, t := range tpls {
 		nr += t.OpCount()
@@ -281,7 +484,7 @@ func (r *Reader) newExec(ctx context.Context, tpls []*plan.Plan, keys []string, 
 	if cap(b.segs) < ns {
 		b.segs = make([][]byte, 0, ns)
 	}
-	return &exec{r: r, ctx: ctx, tpls: tpls, keys: keys, slots: slots, regions: regions,
+	return &exec{r: r, ctx: ctx, tpls: tpls, sums: sums, keys: keys, slots: slots, regions: regions,
 		bufs: b, ranges: b.ranges[:0], segs: b.segs[:0], copies: b.copies[:0], delta: make([]int, len(regions))}
 }
 
@@ -371,12 +574,17 @@ func (x *exec) view(v store.Viewer, i int, mk string) bool {
 	}
 	t, key := x.tpls[i], x.keys[i]
 	x.views = x.views[:0]
+	checked := -1 // the part last checked: a part's reads are neighbours
 	for k := range t.Reads {
 		rd := &t.Reads[k]
 		b, err := v.ViewPart(x.ctx, key, int(rd.Part), mk)
 		if err == nil && rd.Src+rd.Len > len(b) {
 			err = &store.RangeError{Key: key, Part: int(rd.Part), Off: rd.Src, Len: rd.Len,
 				Err: fmt.Errorf("past the end of the part (%d bytes)", len(b))}
+		}
+		if err == nil && int(rd.Part) != checked && len(b) == t.Manifest.PartBytes(int(rd.Part)) {
+			// A lent part is a whole part: check it once.
+			err, checked = x.check(i, int(rd.Part), b), int(rd.Part)
 		}
 		if err != nil {
 			x.err = err
@@ -438,9 +646,11 @@ func (x *exec) runCopies() {
 var testHookCopyWorkers func(workers int)
 
 // stageNeed is the staging buffer the request needs: every staging round
-// of its pages, up to the planner's bound (each round fits the bound).
+// of its pages, up to the planner's bound (each round fits the bound), or
+// its largest round when that is larger (a part read whole for
+// CheckParts).
 func (x *exec) stageNeed() int {
-	need := 0
+	need, round := 0, 0
 	for _, t := range x.tpls {
 		if t.Strategy != plan.Staged {
 			continue
@@ -451,10 +661,38 @@ func (x *exec) stageNeed() int {
 				foot = max(foot, t.Reads[b].Stage+t.Reads[b].Len)
 			}
 			need += (foot + 63) &^ 63
+			round = max(round, foot)
 			a = b
 		}
 	}
-	return min(need, x.r.planner.StageBound())
+	return max(min(need, x.r.planner.StageBound()), round)
+}
+
+// check checks the bytes b of part p of page i, read whole, against the
+// checksum the part was written with, unless the reader skips checks or
+// the store has no checksum for it.
+func (x *exec) check(i, p int, b []byte) error {
+	if x.r.opts.SkipPartChecks || p >= len(x.sums[i]) || x.sums[i][p] == 0 {
+		return nil
+	}
+	x.r.checked.Add(1)
+	data := [1][]byte{b}
+	if store.PartChecksum(x.tpls[i].Manifest.Key(), p, data[:]) != x.sums[i][p] {
+		x.r.badSums.Add(1)
+		return fmt.Errorf("part %d: %w", p, store.ErrChecksum)
+	}
+	return nil
+}
+
+// checkRead checks staged read k of page i, held in b, when it holds its
+// whole part.
+func (x *exec) checkRead(i, k int, b []byte) error {
+	t := x.tpls[i]
+	rd := &t.Reads[k]
+	if rd.Src != 0 || rd.Len != t.Manifest.PartBytes(int(rd.Part)) {
+		return nil
+	}
+	return x.check(i, int(rd.Part), b)
 }
 
 // flush reads the batch, runs the queued copies and those of the staged
@@ -466,30 +704,56 @@ func (x *exec) flush() bool {
 	if len(batch) > 0 {
 		done, err = x.r.st.ReadRanges(x.ctx, batch)
 	}
+	if done < len(batch) && err == nil {
+		err = fmt.Errorf("store read %d of %d ranges", done, len(batch))
+	}
+	if done >= len(batch) {
+		err = nil
+	}
+	all := true // every unit of the batch read in full and checked
+units:
 	for _, u := range x.units {
 		if u.end-x.start > done {
+			all = false
 			break
 		}
 		t := x.tpls[u.page]
 		for k := u.reads[0]; k < u.reads[1]; k++ {
 			rd := &t.Reads[k]
 			s := u.base + rd.Stage
+			if cerr := x.checkRead(u.page, k, (*x.stage)[s:s+rd.Len]); cerr != nil {
+				all, err = false, cerr
+				break units
+			}
 			x.queue(u.page, k, (*x.stage)[s:s+rd.Len])
 		}
 		if u.last {
 			x.ready = u.page + 1
 		}
 	}
+	if !all {
+		x.dropUnready()
+	}
 	x.runCopies()
 	x.units, x.start, x.used = x.units[:0], len(x.ranges), 0
-	if done < len(batch) {
-		if err == nil {
-			err = fmt.Errorf("store read %d of %d ranges", done, len(batch))
-		}
+	if err != nil {
 		x.err = err
 		return false
 	}
 	return true
+}
+
+// dropUnready drops the queued copies of the page that failed, so that
+// nothing of it reaches the pool (the copies are in page order, and only
+// those of pages before x.ready are of pages read in full).
+func (x *exec) dropUnready() {
+	n := len(x.copies)
+	for n > 0 && x.copies[n-1].page >= x.ready {
+		n--
+		x.copyBytes -= len(x.copies[n].src)
+	}
+	clear(x.copies[n:])
+	x.copies = x.copies[:n]
 }
 
 // release returns the staging buffer and the range, segment and copy
@@ -519,10 +783,6 @@ func checkObject(m *manifest.Manifest, o store.Object) error {
 	}
 	return nil
 }
-
-// ErrManifest marks a manifest that is missing, corrupt, or of another
-// model domain.
-var ErrManifest = errors.New("manifest rejected")
 
 // manifest returns the validated manifest stored under key, from the cache
 // when it has it.

@@ -4,10 +4,14 @@
 //
 // A Writer publishes its topology's manifest once, then for each batch of
 // pages skips the complete ones and writes its own part of the others
-// straight from its pool (fragments, no gather copy). A Reader finds the
-// leading run of complete pages, validates their manifests, plans each
-// layout once (templates) and reads exactly the bytes its rank needs
-// straight into its pool, reporting only the pages it read in full.
+// straight from its pool (fragments, no gather copy), each with a checksum
+// bound to its manifest key and part number. A Reader finds the leading run
+// of complete pages (querying in batches), validates their manifests, plans
+// each layout once (templates) and reads exactly the bytes its rank needs
+// straight into its pool, reporting only the pages it read in full. Every
+// part it fetches whole is checked against its checksum before any of its
+// bytes reach the pool; ReaderOptions.CheckParts fetches every part whole
+// to check them all.
 package reshard
 
 import (
@@ -15,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -43,12 +48,33 @@ type PageResult struct {
 	Err    error
 }
 
-// Writer writes one rank's part of pages.
+// Writer writes one rank's part of pages. It is safe for concurrent use.
 type Writer struct {
 	st     store.Store
 	man    *manifest.Manifest
 	plan   *plan.WritePlan
 	writes bool
+
+	requests, pages, bytes atomic.Int64
+	status                 [Failed + 1]atomic.Int64 // pages by status
+}
+
+// WriterStats are a writer's counters.
+type WriterStats struct {
+	Requests int64 // Write calls with valid arguments
+	Pages    int64 // pages of those calls
+	// Pages by status; a batch whose query failed counts as Failed.
+	Written, Complete, Refused, Replica, Failed int64
+	Bytes                                       int64 // bytes of the parts written
+}
+
+// Stats returns the writer's counters.
+func (w *Writer) Stats() WriterStats {
+	return WriterStats{
+		Requests: w.requests.Load(), Pages: w.pages.Load(),
+		Written: w.status[Written].Load(), Complete: w.status[Complete].Load(), Refused: w.status[Refused].Load(),
+		Replica: w.status[Replica].Load(), Failed: w.status[Failed].Load(), Bytes: w.bytes.Load(),
+	}
 }
 
 // NewWriter returns a writer of part `part` of manifest m, from a pool
@@ -88,9 +114,10 @@ func Publish(ctx context.Context, st store.Store, m *manifest.Manifest) error {
 }
 
 // Write writes this rank's part of the pages keys[i], held at slots[i] of
-// the pool regions. It checks existence first and skips complete pages. The
-// error is for the batch as a whole (the query failed); page failures are
-// in the results.
+// the pool regions. It checks existence first and skips complete pages.
+// Each part is written with its checksum (store.PartChecksum), computed
+// over the fragments in the pool. The error is for the batch as a whole
+// (bad arguments, or the query failed); page failures are in the results.
 func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions [][]byte) ([]PageResult, error) {
 	if len(slots) != len(keys) {
 		return nil, fmt.Errorf("%d keys but %d slots", len(keys), len(slots))
@@ -106,16 +133,28 @@ func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions 
 			return nil, fmt.Errorf("slot %d of page %d is outside the pool's %d slots", s, i, g.Slots)
 		}
 	}
+	w.requests.Add(1)
+	w.pages.Add(int64(len(keys)))
 	if !w.writes {
 		for i := range res {
 			res[i].Status = Replica
 		}
+		w.status[Replica].Add(int64(len(keys)))
 		return res, nil
 	}
 	objs, err := w.st.Query(ctx, keys)
+	if err == nil && len(objs) != len(keys) {
+		err = fmt.Errorf("store returned %d objects for %d keys", len(objs), len(keys))
+	}
 	if err != nil {
+		w.status[Failed].Add(int64(len(keys)))
 		return nil, fmt.Errorf("query: %w", err)
 	}
+	defer func() {
+		for _, r := range res {
+			w.status[r.Status].Add(1)
+		}
+	}()
 	var ws []store.PartWrite
 	var idx []int
 	for i, o := range objs {
@@ -123,12 +162,14 @@ func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions 
 			res[i].Status = Complete
 			continue
 		}
+		data := w.plan.Data(regions, slots[i], nil)
 		ws = append(ws, store.PartWrite{
 			Key:      keys[i],
 			Part:     w.plan.Part,
 			Parts:    len(w.man.Parts),
 			Manifest: w.man.Key(),
-			Data:     w.plan.Data(regions, slots[i], nil),
+			Data:     data,
+			Checksum: store.PartChecksum(w.man.Key(), w.plan.Part, data),
 		})
 		idx = append(idx, i)
 	}
@@ -140,6 +181,7 @@ func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions 
 		switch {
 		case err == nil:
 			r.Status = Written
+			w.bytes.Add(int64(ws[j].Size()))
 		case errors.Is(err, store.ErrComplete):
 			r.Status = Complete
 		case errors.Is(err, store.ErrLayoutConflict):
