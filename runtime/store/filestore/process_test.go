@@ -4,6 +4,7 @@ package filestore
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -35,11 +36,15 @@ func TestHelperProcess(t *testing.T) {
 	if mode == "" {
 		t.Skip("run by the multi-process tests")
 	}
+	args := strings.Split(os.Getenv(envArgs), "|")
+	if mode == "lowfiles" {
+		lowFiles(args)
+		os.Exit(0)
+	}
 	s, err := Open(os.Getenv(envDir), Options{})
 	if err != nil {
 		fail(err)
 	}
-	args := strings.Split(os.Getenv(envArgs), "|")
 	switch mode {
 	case "race":
 		// args: manifest, sizes, key prefix, key count, seed
@@ -68,8 +73,118 @@ func TestHelperProcess(t *testing.T) {
 		}
 		s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 0)})
 		fail(fmt.Errorf("part 0 was written"))
+	case "partial":
+		// args: key. Writes part 0 of 2 of layout A, then waits to be
+		// killed.
+		if err := s.WriteParts(context.Background(), []store.PartWrite{layoutA.write(args[0], 0)})[0]; err != nil {
+			fail(err)
+		}
+		fmt.Println("wrote")
+		select {}
 	}
 	os.Exit(0)
+}
+
+// lowFiles lowers the process's open-file limit to args[0] and reads every
+// part of args[2] pages of layoutA, written by the test, with a store
+// opened with MaxOpenFiles args[1] (0: the default), twice: one range at a
+// time and in one call. It prints the number of ranges it read.
+func lowFiles(args []string) {
+	n := ints(args)
+	limit := syscall.Rlimit{Cur: uint64(n[0])}
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &limit); err != nil {
+		fail(err)
+	}
+	limit.Cur = uint64(n[0])
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &limit); err != nil {
+		fail(err)
+	}
+	s, err := Open(os.Getenv(envDir), Options{MaxOpenFiles: n[1]})
+	if err != nil {
+		fail(err)
+	}
+	ctx := context.Background()
+	keys := raceKeys("page", n[2])
+	objs, err := s.Query(ctx, keys)
+	if err != nil {
+		fail(err)
+	}
+	var rs []store.Range
+	for i, k := range keys {
+		if !objs[i].Complete || objs[i].Err != nil {
+			fail(fmt.Errorf("%s: %+v", k, objs[i]))
+		}
+		for p, size := range layoutA.sizes {
+			rs = append(rs, store.Range{Key: k, Part: p, Dst: [][]byte{make([]byte, size)}})
+		}
+	}
+	read := 0
+	for i := range rs {
+		if _, err := s.ReadRanges(ctx, rs[i:i+1]); err != nil {
+			fail(err)
+		}
+		read++
+	}
+	m, err := s.ReadRanges(ctx, rs)
+	if err != nil {
+		fail(err)
+	}
+	read += m
+	for _, r := range rs {
+		if !bytes.Equal(r.Dst[0], layoutA.data(r.Key, r.Part)) {
+			fail(fmt.Errorf("wrong bytes in %s part %d", r.Key, r.Part))
+		}
+	}
+	fmt.Printf("read %d ranges with at most %d files cached\n", read, s.maxFiles)
+}
+
+// smallLayout is a layout of the multi-process tests.
+type smallLayout struct {
+	manifest string
+	sizes    []int
+}
+
+var (
+	layoutA = smallLayout{"kv/d/manifests/a", []int{3000, 5000}}
+	layoutB = smallLayout{"kv/d/manifests/b", []int{2000, 2000, 4000}}
+)
+
+func (l smallLayout) data(key string, part int) []byte {
+	return storetest.Pattern(fmt.Sprintf("%s/%s/%d", l.manifest, key, part), l.sizes[part])
+}
+
+func (l smallLayout) write(key string, part int) store.PartWrite {
+	data := [][]byte{l.data(key, part)}
+	return store.PartWrite{Key: key, Part: part, Parts: len(l.sizes), Manifest: l.manifest, Data: data,
+		Checksum: store.PartChecksum(l.manifest, part, data)}
+}
+
+func (l smallLayout) writeAll(key string) []store.PartWrite {
+	var ws []store.PartWrite
+	for p := range l.sizes {
+		ws = append(ws, l.write(key, p))
+	}
+	return ws
+}
+
+// requireStored requires key to be complete in layout l, with l's bytes.
+func (l smallLayout) requireStored(t *testing.T, s store.Store, key string) {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := s.Query(ctx, []string{key})
+	require.NoError(t, err)
+	want := store.Object{Complete: true, Manifest: l.manifest, PartSizes: l.sizes}
+	for p := range l.sizes {
+		want.Checksums = append(want.Checksums, l.write(key, p).Checksum)
+	}
+	require.Equal(t, []store.Object{want}, objs)
+	for p, size := range l.sizes {
+		got := make([]byte, size)
+		n, err := s.ReadRanges(ctx, []store.Range{{Key: key, Part: p, Dst: [][]byte{got}, Manifest: l.manifest}})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, l.data(key, p), got)
+	}
 }
 
 func fail(err error) {
@@ -219,5 +334,106 @@ func TestKilledWriter(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		require.Equal(t, l.data(key, part), got)
+	}
+}
+
+// startUntil starts a helper and waits for it to print line.
+func startUntil(t *testing.T, cmd *exec.Cmd, line string) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	got, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, line+"\n", got)
+}
+
+func openByURL(t *testing.T, url string) *Store {
+	t.Helper()
+	s, err := store.Open(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s.(*Store)
+}
+
+// TestProcessTakeover: a writer of layout A killed after 1 of its 2 parts
+// blocks a writer of layout B only until the lease has passed; then B takes
+// the object over and it reads complete with B's bytes.
+func TestProcessTakeover(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const key = "kv_abandoned"
+	cmd := helper(t, dir, "partial", key)
+	startUntil(t, cmd, "wrote")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	require.EqualError(t, cmd.Wait(), "signal: killed")
+
+	long := openByURL(t, "file://"+dir+"?lease=1h")
+	errs := long.WriteParts(ctx, layoutB.writeAll(key))
+	require.Equal(t, []error{store.ErrLayoutConflict, store.ErrLayoutConflict, store.ErrLayoutConflict}, errs)
+
+	const lease = 50 * time.Millisecond
+	short := openByURL(t, "file://"+dir+"?lease="+lease.String())
+	fi, err := os.Stat(filepath.Join(short.objectDir(key), "claim"))
+	require.NoError(t, err)
+	time.Sleep(time.Until(fi.ModTime().Add(2 * lease))) // the lease has passed
+	errs = short.WriteParts(ctx, layoutB.writeAll(key))
+	require.Equal(t, []error{nil, nil, nil}, errs)
+	layoutB.requireStored(t, short, key)
+	layoutB.requireStored(t, long, key)
+	// A's writer, back, is told the object is complete.
+	require.Equal(t, []error{store.ErrComplete}, long.WriteParts(ctx, []store.PartWrite{layoutA.write(key, 1)}))
+	entries, err := os.ReadDir(short.objectDir(key))
+	require.NoError(t, err)
+	require.Len(t, entries, 5, "claim, lock and B's 3 parts: %v", entries)
+}
+
+// TestProcessNoTakeoverWhileWriting: while another process is in the middle
+// of writing a part, no lease, however short, and no claim age lets a
+// writer of another layout take the object over. Once it is killed, the
+// object is taken over.
+func TestProcessNoTakeoverWhileWriting(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const key = "kv_busy"
+	cmd := helper(t, dir, "killed", key) // writes part 1, blocks in part 0
+	startUntil(t, cmd, "blocked")
+	s := openByURL(t, "file://"+dir+"?lease=1ns")
+	age(t, s, key, 1000*time.Hour)
+	for range 3 {
+		require.Equal(t, []error{store.ErrLayoutConflict, store.ErrLayoutConflict, store.ErrLayoutConflict}, s.WriteParts(ctx, layoutB.writeAll(key)))
+	}
+	objs, err := s.Query(ctx, []string{key})
+	require.NoError(t, err)
+	require.Equal(t, []store.Object{{}}, objs)
+	gen := claimOf(t, s, key).gen
+	require.FileExists(t, partPath(s.objectDir(key), gen, 1), "the writer's part is kept")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	require.EqualError(t, cmd.Wait(), "signal: killed")
+	require.Equal(t, []error{nil, nil, nil}, s.WriteParts(ctx, layoutB.writeAll(key)))
+	layoutB.requireStored(t, s, key)
+	require.NoFileExists(t, partPath(s.objectDir(key), gen, 1))
+}
+
+// TestProcessLowFileLimit: a process whose open-file limit is 40 reads 300
+// parts, with the default cache bound and with a bound far past its limit.
+func TestProcessLowFileLimit(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	const pages = 150
+	for _, k := range raceKeys("page", pages) {
+		for _, err := range s.WriteParts(ctx, layoutA.writeAll(k)) {
+			require.NoError(t, err)
+		}
+	}
+	for _, c := range []struct{ maxFiles, cached int }{{0, 10}, {1000, 1000}} {
+		cmd := helper(t, dir, "lowfiles", "40", strconv.Itoa(c.maxFiles), strconv.Itoa(pages))
+		out, err := cmd.Output()
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("read 600 ranges with at most %d files cached\n", c.cached), string(out))
 	}
 }
