@@ -1,0 +1,548 @@
+"""kvreshard: share KV-cache pages between serving processes of different
+TP, PP and memory layouts, from Python.
+
+A thin ctypes layer over libkvreshard (the Go runtime built as a C library).
+Standard library only; numpy is optional (numpy arrays are pools like any
+other buffer). Quick start::
+
+    import numpy as np, kvreshard as kv
+
+    model = kv.Model(layers=6, kv_heads=4, head_dim=8, dtype="bf16", page=4)
+    # TP 2 x PP 2, this process is rank (tp_rank=1, pp_rank=0): layers 0-2, heads 2-3
+    place = kv.Placement(tp=2, pp=2, rank=(1, 0))
+    k = np.zeros((2, 8 * 4, 3, 2, 8), np.uint16)          # SGLang page_first K|V, 8 slots
+    pool = kv.Pool("page_first", [k[0], k[1]], slots=8)
+    with kv.Store("file:///tmp/kv") as st:
+        with kv.Reader(st, model, place, pool) as r:
+            res = r.read(["a1", "b2"], [0, 1])             # res.hit pages are in slots 0, 1
+
+Objects and their C counterparts:
+
+- Store(url): an open store (file:///dir, redis://host:port, mem://name).
+- Model(...): the --model fields of the command line, ``-`` written ``_``;
+  name, revision, namespace, fingerprint and dtype enter the model domain,
+  so other models, dtypes or tenants never share pages.
+- Placement(tp, pp, rank=(tp_rank, pp_rank), pp_layers=None): pp_layers is
+  the PP split (layers per stage); None is kvreshard's even split (the first
+  stages get the remainder), which is NOT every framework's: pass the
+  framework's own split.
+- Pool(layout, regions, slots): the rank's host memory; regions are the
+  layout's regions in order (K then V; one for MLA), each a writable
+  C-contiguous buffer (numpy array, bytearray, mmap) or an (address, nbytes)
+  pair (a torch tensor's data_ptr()). The pool, and every Writer or Reader
+  using it, keeps the buffers alive; the caller keeps (address, nbytes)
+  memory alive.
+- Writer(...).write(keys, slots) -> [WriteStatus]; Reader(...).exists(keys)
+  -> int and .read(keys, slots) -> ReadResult. A miss, the budget or a
+  rejected manifest is a result (ReadResult.stop), never an exception.
+
+Errors: InvalidArgument (also a ValueError), StoreError (also an OSError),
+ManifestError, ForkError (also a RuntimeError; a call in a forked child of
+the process that loaded the library), all KvreshardError. Every call
+releases the GIL.
+"""
+
+import array
+import ctypes
+import enum
+from itertools import accumulate
+from collections import namedtuple
+
+from . import _lib
+from ._lib import (ForkError, InvalidArgument, KvreshardError, ManifestError,
+                   StoreError)
+
+__all__ = [
+    "Store", "Model", "Placement", "Pool", "Writer", "Reader", "ReadResult",
+    "WriteStatus", "Stop", "ReaderStats", "WriterStats",
+    "KvreshardError", "InvalidArgument", "StoreError", "ManifestError", "ForkError",
+    "set_max_procs", "library_path", "POOL_LAYOUTS", "PART_LAYOUTS", "DTYPES",
+]
+
+POOL_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+PART_LAYOUTS = ("PLHD", "LPHD", "HPLD")
+DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+_I32 = (1 << 31) - 1
+
+
+class WriteStatus(enum.IntEnum):
+    """What a write did with one page."""
+    WRITTEN = 0   # this rank's part was written
+    COMPLETE = 1  # the page was already complete (in any layout): kept
+    REFUSED = 2   # an incomplete page of another layout holds the key
+    REPLICA = 3   # this rank holds a replica of heads another rank writes
+    FAILED = 4    # the write failed (see the writer's log and stats)
+
+
+class Stop(enum.IntEnum):
+    """Why a read stopped before the last page."""
+    NONE = 0      # every page was read
+    MISS = 1      # a page is missing or incomplete
+    BUDGET = 2    # the prefetch budget was reached
+    CANCELED = 3
+    MANIFEST = 4  # a manifest was rejected (missing, corrupt, other model)
+    FAILED = 5    # a read failed
+
+
+_STATUS = tuple(WriteStatus)
+_STOP = tuple(Stop)
+
+
+class ReadResult(namedtuple("ReadResult", "hit bytes ops stop message")):
+    """What one read did: ``hit`` leading pages were read in full (only
+    they may be used), ``bytes`` and ``ops`` moved, ``stop`` says why it
+    stopped early (Stop.NONE when every page was read) and ``message``
+    says more (empty when every page was read)."""
+    __slots__ = ()
+
+
+ReaderStats = namedtuple("ReaderStats", _lib.READER_STATS)
+ReaderStats.__doc__ = "A reader's counters since it was opened."
+WriterStats = namedtuple("WriterStats", _lib.WRITER_STATS)
+WriterStats.__doc__ = "A writer's counters since it was opened."
+
+
+def library_path():
+    """The path libkvreshard.so is loaded from (KVRESHARD_LIB, or next to the package)."""
+    return _lib.library_path()
+
+
+def set_max_procs(n):
+    """Cap the Go runtime's threads running Go code (GOMAXPROCS) at n and
+    return the previous cap; n <= 0 only returns it. One runtime runs per
+    process: cap it so that eight ranks on one host do not each start a
+    thread per core."""
+    n = _int32("set_max_procs: n", n, lo=-_I32)
+    prev = ctypes.c_int32()
+    code = _lib.lib().kvr_set_max_procs(n, ctypes.byref(prev))
+    if code != _lib.OK:
+        raise _lib.error(code, "kvreshard: set_max_procs(%d) failed" % n)
+    return prev.value
+
+
+def _int32(what, v, lo=0):
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError("kvreshard: %s must be an int, not %s" % (what, type(v).__name__))
+    v = v.__index__()
+    if v < lo or v > _I32:
+        raise InvalidArgument("kvreshard: %s=%d is out of range" % (what, v), _lib.EINVAL)
+    return v
+
+
+def _str(what, v):
+    if not isinstance(v, str):
+        raise TypeError("kvreshard: %s must be a str, not %s" % (what, type(v).__name__))
+    b = v.encode("utf-8")
+    if b"\0" in b:
+        raise InvalidArgument("kvreshard: %s contains a NUL byte" % what, _lib.EINVAL)
+    return b
+
+
+class Store:
+    """An open store: file:///abs/dir, redis://host:port (Redis or Redis
+    Cluster), mem:// or mem://name (in this process). A context manager;
+    close() it when done (writers and readers opened on it first)."""
+
+    def __init__(self, url):
+        self.url = url
+        b = _str("store url", url)
+        h = ctypes.c_uint64()
+        err = _lib.errbuf()
+        _lib.check(_lib.lib().kvr_store_open(b, ctypes.byref(h), err, _lib.ERRLEN), err)
+        self._h = h.value
+
+    @property
+    def closed(self):
+        return self._h == 0
+
+    def close(self):
+        """Close the store; closing twice does nothing."""
+        h, self._h = getattr(self, "_h", 0), 0
+        if h:
+            err = _lib.errbuf()
+            _lib.check(_lib.lib().kvr_store_close(h, err, _lib.ERRLEN), err)
+
+    def _handle(self):
+        if not self._h:
+            raise InvalidArgument("kvreshard: store %s is closed" % self.url, _lib.ECLOSED)
+        return self._h
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "Store(%r%s)" % (self.url, ", closed" if self.closed else "")
+
+
+class Model:
+    """The model whose KV pages are shared: the --model fields of the
+    command line. Pages are stored under the model domain, a digest of the
+    name, revision, namespace, fingerprint, dtype and shape (never of TP,
+    PP or layout). The defaults of name, revision and namespace are the
+    command line's, so that ``kvreshard read`` finds pages written here."""
+
+    def __init__(self, layers, kv_heads, head_dim, dtype, page, v_head_dim=None, mla=False,
+                 name="model", revision="0", namespace="kvreshard", fingerprint=""):
+        self.layers = _int32("model layers", layers)
+        self.kv_heads = _int32("model kv_heads", kv_heads)
+        self.head_dim = _int32("model head_dim", head_dim)
+        self.v_head_dim = None if v_head_dim is None else _int32("model v_head_dim", v_head_dim)
+        self.page = _int32("model page", page)
+        if not isinstance(mla, bool):
+            raise TypeError("kvreshard: model mla must be a bool, not %s" % type(mla).__name__)
+        self.mla = mla
+        if mla and v_head_dim is not None:
+            raise InvalidArgument("kvreshard: an mla model has one latent component; drop v_head_dim",
+                                  _lib.EINVAL)
+        self.dtype = dtype
+        self.name, self.revision, self.namespace, self.fingerprint = name, revision, namespace, fingerprint
+        self._strs = [_str("model " + f, v) for f, v in (
+            ("dtype", dtype), ("name", name), ("revision", revision),
+            ("namespace", namespace), ("fingerprint", fingerprint))]
+        s = self._strs
+        self._c = _lib.CModel(self.layers, self.kv_heads, self.head_dim, self.v_head_dim or 0,
+                              self.page, int(mla), s[0], s[1], s[2], s[3], s[4])
+
+    @property
+    def item_size(self):
+        """Bytes of one element (KeyError-free: 0 for an unknown dtype)."""
+        return DTYPES.get(self.dtype, 0)
+
+    def domain(self):
+        """The model domain: 64 hex digits (InvalidArgument for a bad model)."""
+        out = ctypes.create_string_buffer(80)
+        err = _lib.errbuf()
+        _lib.check(_lib.lib().kvr_model_domain(ctypes.byref(self._c), out, len(out), err, _lib.ERRLEN), err)
+        return out.value.decode("ascii")
+
+    def __repr__(self):
+        f = ["layers=%d" % self.layers, "kv_heads=%d" % self.kv_heads, "head_dim=%d" % self.head_dim]
+        if self.v_head_dim is not None:
+            f.append("v_head_dim=%d" % self.v_head_dim)
+        f += ["dtype=%r" % self.dtype, "page=%d" % self.page]
+        if self.mla:
+            f.append("mla=True")
+        f += ["name=%r" % self.name, "revision=%r" % self.revision, "namespace=%r" % self.namespace]
+        if self.fingerprint:
+            f.append("fingerprint=%r" % self.fingerprint)
+        return "Model(%s)" % ", ".join(f)
+
+
+class Placement:
+    """A TP x PP topology and this process's rank in it: rank is
+    (tp_rank, pp_rank). pp_layers lists the layers of each PP stage, in
+    order, summing to the model's layers; None is kvreshard's even split
+    (remainder to the first stages), which differs from SGLang's and vLLM's:
+    take the split from the framework."""
+
+    def __init__(self, tp, pp, rank=(0, 0), pp_layers=None):
+        self.tp = _int32("placement tp", tp)
+        self.pp = _int32("placement pp", pp)
+        try:
+            tr, pr = rank
+        except (TypeError, ValueError):
+            raise TypeError("kvreshard: placement rank must be a (tp_rank, pp_rank) pair, not %r"
+                            % (rank,)) from None
+        self.rank = (_int32("placement tp_rank", tr), _int32("placement pp_rank", pr))
+        self.pp_layers = None
+        self._layers = None
+        if pp_layers is not None:
+            self.pp_layers = tuple(_int32("placement pp_layers entry", x) for x in pp_layers)
+            if len(self.pp_layers) != self.pp:
+                raise InvalidArgument("kvreshard: placement pp_layers has %d entries; pp is %d"
+                                      % (len(self.pp_layers), self.pp), _lib.EINVAL)
+            self._layers = (ctypes.c_int32 * len(self.pp_layers))(*self.pp_layers)
+        self._c = _lib.CPlacement(self.tp, self.pp, self.rank[0], self.rank[1],
+                                  ctypes.cast(self._layers, ctypes.POINTER(ctypes.c_int32))
+                                  if self._layers is not None else None)
+
+    def __repr__(self):
+        s = "Placement(tp=%d, pp=%d, rank=%r" % (self.tp, self.pp, self.rank)
+        if self.pp_layers is not None:
+            s += ", pp_layers=%r" % (list(self.pp_layers),)
+        return s + ")"
+
+
+def _region(i, r):
+    """(address, nbytes, keepalive) of pool region i."""
+    if isinstance(r, tuple):
+        if len(r) != 2:
+            raise InvalidArgument("kvreshard: pool region %d: a tuple must be (address, nbytes)" % i,
+                                  _lib.EINVAL)
+        addr, n = r
+        for what, v in (("address", addr), ("nbytes", n)):
+            if isinstance(v, bool) or not hasattr(v, "__index__"):
+                raise TypeError("kvreshard: pool region %d: %s must be an int, not %s"
+                                % (i, what, type(v).__name__))
+        addr, n = addr.__index__(), n.__index__()
+        if addr <= 0 or addr >= 1 << 64:
+            raise InvalidArgument("kvreshard: pool region %d: address %#x is not a valid address"
+                                  % (i, addr), _lib.EINVAL)
+        if n <= 0 or n >= 1 << 63:
+            raise InvalidArgument("kvreshard: pool region %d: nbytes=%d is not positive" % (i, n),
+                                  _lib.EINVAL)
+        return addr, n, None
+    try:
+        mv = memoryview(r)
+    except TypeError:
+        raise TypeError("kvreshard: pool region %d: %s is neither a buffer (numpy array, bytearray, "
+                        "mmap) nor an (address, nbytes) pair" % (i, type(r).__name__)) from None
+    with mv:
+        if mv.readonly:
+            raise InvalidArgument("kvreshard: pool region %d: the buffer is read-only" % i, _lib.EINVAL)
+        if not mv.c_contiguous:
+            raise InvalidArgument("kvreshard: pool region %d: the buffer is not C-contiguous" % i,
+                                  _lib.EINVAL)
+        n = mv.nbytes
+    if n == 0:
+        raise InvalidArgument("kvreshard: pool region %d: the buffer is empty" % i, _lib.EINVAL)
+    # from_buffer exports the buffer for as long as the ctypes object lives:
+    # a bytearray cannot be resized, an mmap not closed, while the pool holds it.
+    keep = (ctypes.c_char * n).from_buffer(r)
+    return ctypes.addressof(keep), n, keep
+
+
+class Pool:
+    """A rank's host pool: a pool layout (layer_first, page_first,
+    page_first_direct, page_head, or any pool layout linked into the
+    library), its regions in order (K then V when the layout has C
+    outermost; one for MLA), and the pages (slots) it holds. Only the rank's
+    own layers and heads are in it."""
+
+    def __init__(self, layout, regions, slots):
+        self.layout = layout
+        self._layout = _str("pool layout", layout)
+        if isinstance(regions, (bytes, bytearray, memoryview)) or not hasattr(regions, "__len__"):
+            raise TypeError("kvreshard: pool regions must be a list of regions, not %s"
+                            % type(regions).__name__)
+        if len(regions) == 0:
+            raise InvalidArgument("kvreshard: pool has no regions", _lib.EINVAL)
+        if isinstance(slots, bool) or not hasattr(slots, "__index__"):
+            raise TypeError("kvreshard: pool slots must be an int, not %s" % type(slots).__name__)
+        self.slots = slots.__index__()
+        if self.slots <= 0 or self.slots >= 1 << 62:
+            raise InvalidArgument("kvreshard: pool slots=%d is not positive" % self.slots, _lib.EINVAL)
+        rs = [_region(i, r) for i, r in enumerate(regions)]
+        self.regions = list(regions)  # keeps the buffers alive
+        self._keep = [k for _, _, k in rs]
+        self.sizes = tuple(n for _, n, _ in rs)
+        self._bases = (ctypes.c_void_p * len(rs))(*(a for a, _, _ in rs))
+        self._sizes = (ctypes.c_uint64 * len(rs))(*self.sizes)
+        self._c = _lib.CPool(self._layout, len(rs), self._bases, self._sizes, self.slots)
+
+    def __repr__(self):
+        return "Pool(%r, %d regions of %s bytes, slots=%d)" % (
+            self.layout, len(self.sizes), "/".join(map(str, self.sizes)), self.slots)
+
+
+_EMPTY_OFFSETS = array.array("q", [0])
+
+
+def _keys(keys):
+    """keys as one buffer and n+1 offsets."""
+    if isinstance(keys, (str, bytes)):
+        raise TypeError("kvreshard: keys must be a sequence of str, not one %s" % type(keys).__name__)
+    try:
+        enc = [k.encode("utf-8") for k in keys]
+    except AttributeError:
+        bad = next(k for k in keys if not isinstance(k, str))
+        raise TypeError("kvreshard: keys must be str, not %s" % type(bad).__name__) from None
+    if not enc:
+        return b"", _EMPTY_OFFSETS, 0
+    off = array.array("q", accumulate(map(len, enc), initial=0))
+    return b"".join(enc), off, len(enc)
+
+
+def _slots(slots, n):
+    """slots as an address of n int64 values, and what keeps them alive."""
+    np = _numpy()
+    if np is not None and isinstance(slots, np.ndarray):
+        a = np.ascontiguousarray(slots, dtype=np.int64)
+        if a.ndim != 1:
+            raise InvalidArgument("kvreshard: slots must be one-dimensional", _lib.EINVAL)
+        if len(a) != n:
+            raise InvalidArgument("kvreshard: %d keys but %d slots" % (n, len(a)), _lib.EINVAL)
+        return a.ctypes.data if n else None, a
+    try:
+        a = array.array("q", slots)
+    except TypeError:
+        raise TypeError("kvreshard: slots must be a sequence of int") from None
+    except OverflowError:
+        raise InvalidArgument("kvreshard: a slot is out of range", _lib.EINVAL) from None
+    if len(a) != n:
+        raise InvalidArgument("kvreshard: %d keys but %d slots" % (n, len(a)), _lib.EINVAL)
+    return (a.buffer_info()[0] if n else None), a
+
+
+_np = False
+
+
+def _numpy():
+    global _np
+    if _np is False:
+        try:
+            import numpy
+            _np = numpy
+        except ImportError:
+            _np = None
+    return _np
+
+
+class _Handle:
+    kind = "object"
+
+    def _handle(self):
+        h = self._h
+        if not h:
+            raise InvalidArgument("kvreshard: %s is closed" % self.kind, _lib.ECLOSED)
+        return h
+
+    @property
+    def closed(self):
+        return self._h == 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Writer(_Handle):
+    """Writes this rank's part of pages from its pool. part_layout is the
+    layout of the part in the store (PLHD, LPHD, HPLD or any part layout
+    linked in); None is the pool's default. The first write publishes the
+    manifest (publish() does it earlier, to fail fast)."""
+
+    kind = "writer"
+
+    def __init__(self, store, model, placement, pool, part_layout=None):
+        self._h = 0
+        _check_types(store, model, placement, pool)
+        self.store, self.model, self.placement, self.pool = store, model, placement, pool
+        self.part_layout = part_layout
+        pl = None if part_layout is None else _str("part_layout", part_layout)
+        h = ctypes.c_uint64()
+        err = _lib.errbuf()
+        _lib.check(_lib.lib().kvr_writer_open(
+            store._handle(), ctypes.byref(model._c), ctypes.byref(placement._c),
+            ctypes.byref(pool._c), pl, ctypes.byref(h), err, _lib.ERRLEN), err)
+        self._h = h.value
+        self._write = _lib.lib().kvr_writer_write
+
+    def publish(self):
+        """Publish the manifest: write it pinned, read it back, compare."""
+        err = _lib.errbuf()
+        _lib.check(_lib.lib().kvr_writer_publish(self._handle(), err, _lib.ERRLEN), err)
+
+    def write(self, keys, slots):
+        """Write page keys[i] from pool slot slots[i]; one WriteStatus per
+        page. Raises only for bad arguments or a failed batch query."""
+        kb, off, n = _keys(keys)
+        sp, keep = _slots(slots, n)
+        st = ctypes.create_string_buffer(n or 1)
+        err = _lib.errbuf()
+        code = self._write(self._handle(), kb, off.buffer_info()[0], sp, n, st, err, _lib.ERRLEN)
+        if code != _lib.OK:
+            raise _lib.error(code, err.value.decode("utf-8", "replace"))
+        return [_STATUS[b] for b in st.raw[:n]]
+
+    def stats(self):
+        """The writer's counters (WriterStats)."""
+        s = _lib.CWriterStats()
+        code = _lib.lib().kvr_writer_stats_get(self._handle(), ctypes.byref(s))
+        if code != _lib.OK:
+            raise _lib.error(code, "kvreshard: writer stats failed")
+        return WriterStats(*(getattr(s, f) for f in _lib.WRITER_STATS))
+
+    def close(self):
+        """Close the writer; closing twice does nothing."""
+        h, self._h = getattr(self, "_h", 0), 0
+        if h:
+            err = _lib.errbuf()
+            _lib.check(_lib.lib().kvr_writer_close(h, err, _lib.ERRLEN), err)
+
+
+class Reader(_Handle):
+    """Reads pages into this rank's pool, whatever topology and layout wrote
+    them: only the bytes of the rank's layers and heads."""
+
+    kind = "reader"
+
+    def __init__(self, store, model, placement, pool):
+        self._h = 0
+        _check_types(store, model, placement, pool)
+        self.store, self.model, self.placement, self.pool = store, model, placement, pool
+        h = ctypes.c_uint64()
+        err = _lib.errbuf()
+        _lib.check(_lib.lib().kvr_reader_open(
+            store._handle(), ctypes.byref(model._c), ctypes.byref(placement._c),
+            ctypes.byref(pool._c), ctypes.byref(h), err, _lib.ERRLEN), err)
+        self._h = h.value
+        self._read = _lib.lib().kvr_reader_read
+        self._exists = _lib.lib().kvr_reader_exists
+        self._res = _lib.CReadResult
+
+    def exists(self, keys):
+        """How many leading pages of keys are complete in the store."""
+        kb, off, n = _keys(keys)
+        out = ctypes.c_int64()
+        err = _lib.errbuf()
+        code = self._exists(self._handle(), kb, off.buffer_info()[0], n, ctypes.byref(out), err, _lib.ERRLEN)
+        if code != _lib.OK:
+            raise _lib.error(code, err.value.decode("utf-8", "replace"))
+        return out.value
+
+    def read(self, keys, slots):
+        """Read the leading run of complete pages keys[i] into pool slots
+        slots[i]. Misses, the budget and failed reads are results: see
+        ReadResult.stop. Raises only for bad arguments."""
+        kb, off, n = _keys(keys)
+        sp, keep = _slots(slots, n)
+        res = self._res()
+        err = _lib.errbuf()
+        code = self._read(self._handle(), kb, off.buffer_info()[0], sp, n, ctypes.byref(res), err, _lib.ERRLEN)
+        if code != _lib.OK:
+            raise _lib.error(code, err.value.decode("utf-8", "replace"))
+        stop = res.stop
+        return ReadResult(res.hit, res.bytes, res.ops, _STOP[stop] if 0 <= stop < len(_STOP) else stop,
+                          err.value.decode("utf-8", "replace") if stop else "")
+
+    def stats(self):
+        """The reader's counters (ReaderStats)."""
+        s = _lib.CReaderStats()
+        code = _lib.lib().kvr_reader_stats_get(self._handle(), ctypes.byref(s))
+        if code != _lib.OK:
+            raise _lib.error(code, "kvreshard: reader stats failed")
+        return ReaderStats(*(getattr(s, f) for f in _lib.READER_STATS))
+
+    def close(self):
+        """Close the reader; closing twice does nothing."""
+        h, self._h = getattr(self, "_h", 0), 0
+        if h:
+            err = _lib.errbuf()
+            _lib.check(_lib.lib().kvr_reader_close(h, err, _lib.ERRLEN), err)
+
+
+def _check_types(store, model, placement, pool):
+    for what, v, cls in (("store", store, Store), ("model", model, Model),
+                         ("placement", placement, Placement), ("pool", pool, Pool)):
+        if not isinstance(v, cls):
+            raise TypeError("kvreshard: %s must be a kvreshard.%s, not %s"
+                            % (what, cls.__name__, type(v).__name__))

@@ -1,0 +1,644 @@
+"""An SGLang HiCache storage backend (L3) over kvreshard.
+
+SGLang loads it with its dynamic backend::
+
+    python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B-Instruct \\
+        --tp 4 --pp-size 2 --enable-hierarchical-cache \\
+        --hicache-storage-backend dynamic \\
+        --hicache-storage-backend-extra-config '{"backend_name": "kvreshard",
+            "module_path": "kvreshard.sglang", "class_name": "KvreshardStorage",
+            "interface_v1": 1, "url": "redis://10.0.0.5:6379", "layers": 80}'
+
+so that instances of other TP, PP and host-pool layouts (page_first,
+page_first_direct, layer_first, page_head) share one copy of each page: each
+rank writes its own part and reads only its layers and heads from any
+layout. The SGLang classes are used when SGLang is importable; otherwise the
+module defines stand-ins with the same names, so that it imports (and is
+tested) without SGLang or torch.
+
+extra_config keys (besides SGLang's backend_name, module_path, class_name):
+
+- ``interface_v1``: must be 1: kvreshard reads and writes the host pool in
+  place (batch_get_v1, batch_set_v1) and has no copying interface.
+- ``url`` (required): the store, e.g. ``redis://host:6379`` or ``file:///dir``.
+- ``layers``: the model's layers; required with PP > 1 unless
+  ``pp_layers`` or SGLANG_PP_LAYER_PARTITION gives the split.
+- ``pp_layers``: the PP split (layers per stage, a list or "a,b,c"); by
+  default SGLang's own rule (sglang.srt.distributed.utils.get_pp_indices,
+  which honours SGLANG_PP_LAYER_PARTITION; the same rule is built in when
+  SGLang is not importable). Every rank checks that its host pool's
+  start_layer and end_layer are its stage of the split, and refuses to
+  start otherwise: a wrong split puts layers in the wrong place.
+- ``kv_heads``: the model's KV heads; by default head_num x tp_size, which
+  is wrong when TP exceeds the KV heads (heads replicated): give it then.
+- ``namespace`` (default "kvreshard"), ``revision`` (default "0"),
+  ``fingerprint``, ``model_name`` (default SGLang's model name): with the
+  dtype and the shapes they make the model domain, so another model, dtype,
+  revision or tenant never shares pages. An fp8 cache (stored as uint8)
+  adds its variant (float8_e4m3fn, float8_e5m2) to the fingerprint, from
+  the device pool or ``fp8_variant``.
+- ``part_layout``: PLHD, LPHD or HPLD, how this instance's parts are
+  stored (default: the pool layout's own).
+- ``max_procs``: cap the Go runtime's threads in this rank process.
+
+Not supported (refused at start): attention context parallelism
+(attn_cp_size > 1), head splitting across heterogeneous TP
+(should_split_heads), host pools holding MTP draft layers, and pools other
+than MHATokenToKVPoolHost and MLATokenToKVPoolHost.
+"""
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+import kvreshard as kv
+
+logger = logging.getLogger(__name__)
+
+try:  # the real classes when SGLang is installed
+    from sglang.srt.mem_cache.hicache_storage import (  # noqa: F401
+        HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo)
+    HAVE_SGLANG = True
+except Exception:  # ImportError, or SGLang without torch or a GPU
+    HAVE_SGLANG = False
+
+    class HiCacheStorage:
+        """Stand-in for sglang.srt.mem_cache.hicache_storage.HiCacheStorage
+        (same method names) when SGLang is not importable."""
+
+        def register_mem_pool_host(self, mem_pool_host):
+            self.mem_pool_host = mem_pool_host
+
+        def batch_exists(self, keys, extra_info=None):
+            for i, k in enumerate(keys):
+                if not self.exists(k):
+                    return i
+            return len(keys)
+
+        def clear(self):
+            pass
+
+        def get_stats(self):
+            return None
+
+    @dataclass
+    class HiCacheStorageConfig:
+        """Stand-in for SGLang's HiCacheStorageConfig (same fields)."""
+        tp_rank: int
+        tp_size: int
+        pp_rank: int
+        pp_size: int
+        attn_cp_rank: int
+        attn_cp_size: int
+        is_mla_model: bool
+        enable_storage_metrics: bool
+        is_page_first_layout: bool
+        model_name: Optional[str]
+        dp_rank: int = 0
+        dp_size: int = 1
+        tp_lcm_size: Optional[int] = None
+        should_split_heads: bool = False
+        extra_config: Optional[dict] = None
+
+    @dataclass
+    class HiCacheStorageExtraInfo:
+        """Stand-in for SGLang's HiCacheStorageExtraInfo."""
+        prefix_keys: Optional[List[str]] = None
+        extra_info: Optional[dict] = None
+
+try:
+    from sglang.srt.metrics.collector import StorageMetrics
+except Exception:
+    @dataclass
+    class StorageMetrics:
+        """Stand-in for SGLang's StorageMetrics (what get_stats returns)."""
+        prefetch_pgs: List[int] = field(default_factory=list)
+        backup_pgs: List[int] = field(default_factory=list)
+        prefetch_bandwidth: List[float] = field(default_factory=list)
+        backup_bandwidth: List[float] = field(default_factory=list)
+
+
+class ConfigError(kv.InvalidArgument):
+    """The backend cannot start: its configuration, the host pool and the
+    framework's placement disagree."""
+
+    def __init__(self, message):
+        super().__init__("kvreshard sglang: " + message, 1)
+
+
+def sglang_stage(layers, pp_rank, pp_size):
+    """[start, end) of PP stage pp_rank by SGLang's rule: the
+    SGLANG_PP_LAYER_PARTITION override (comma-separated layer counts), else
+    layers // pp_size each, the remainder one each to the last stages.
+    (kvreshard's own default gives it to the first stages.)"""
+    env = os.environ.get("SGLANG_PP_LAYER_PARTITION")
+    if env is not None:
+        try:
+            counts = [int(x) for x in env.split(",")]
+        except ValueError:
+            raise ConfigError("SGLANG_PP_LAYER_PARTITION=%r is not a list of layer counts" % env) from None
+        if len(counts) != pp_size or sum(counts) != layers:
+            raise ConfigError("SGLANG_PP_LAYER_PARTITION=%r does not split %d layers into %d stages"
+                              % (env, layers, pp_size))
+        start = sum(counts[:pp_rank])
+        return start, start + counts[pp_rank]
+    base, extra = divmod(layers, pp_size)
+    first_long = pp_size - extra  # stages from here on hold base + 1 layers
+    start = pp_rank * base + max(0, pp_rank - first_long)
+    return start, start + base + (1 if pp_rank >= first_long else 0)
+
+
+def sglang_split(layers, pp_size):
+    """The layers of each PP stage as SGLang splits them: its own
+    get_pp_indices when importable, else sglang_stage."""
+    try:
+        from sglang.srt.distributed.utils import get_pp_indices
+    except Exception:
+        get_pp_indices = sglang_stage
+    out, at = [], 0
+    for r in range(pp_size):
+        s, e = get_pp_indices(layers, r, pp_size)
+        if s != at or e <= s:
+            raise ConfigError("the framework's PP split of %d layers into %d stages gives stage %d "
+                              "layers [%d, %d), not a contiguous split" % (layers, pp_size, r, s, e))
+        out.append(e - s)
+        at = e
+    if at != layers:
+        raise ConfigError("the framework's PP split covers %d of %d layers" % (at, layers))
+    return out
+
+
+_FP8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
+           "float32": "fp32", "float": "fp32", "fp32": "fp32", "fp8": "fp8", "uint8": "fp8"}
+_DTYPES.update((v, "fp8") for v in _FP8)
+
+
+def _dtype_name(d):
+    """A torch or numpy dtype (or a kvreshard dtype name) as its bare name."""
+    name = getattr(d, "name", None)  # numpy dtype
+    if not isinstance(name, str):
+        name = str(d)
+    return name.rsplit(".", 1)[-1]
+
+
+def _shapes(layout, mla, layers, size, pages, page, heads, dim):
+    """SGLang's kv_buffer shape of a host pool layout (memory_pool_host)."""
+    if mla:
+        return {"layer_first": (layers, size, 1, dim),
+                "page_first": (size, layers, 1, dim),
+                "page_first_direct": (pages, layers, page, 1, dim),
+                "page_head": (pages, 1, page, layers, dim)}[layout]
+    return {"layer_first": (2, layers, size, heads, dim),
+            "page_first": (2, size, layers, heads, dim),
+            "page_first_direct": (2, pages, layers, page, heads, dim),
+            "page_head": (2, pages, heads, page, layers, dim)}[layout]
+
+
+def _region(t, what):
+    """A host buffer as a kvreshard pool region: a torch tensor by address,
+    anything else (numpy) as a buffer."""
+    if callable(getattr(t, "data_ptr", None)):
+        dev = getattr(getattr(t, "device", None), "type", "cpu")
+        if dev != "cpu":
+            raise ConfigError("%s is on %s; kvreshard reads into host memory" % (what, dev))
+        if not t.is_contiguous():
+            raise ConfigError("%s is not contiguous" % what)
+        return (t.data_ptr(), t.numel() * t.element_size())
+    return t
+
+
+def _nbytes(t):
+    n = getattr(t, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    return t.numel() * t.element_size()
+
+
+def _int_list(what, v):
+    if isinstance(v, str):
+        v = [x for x in v.replace("/", ",").split(",") if x.strip()]
+    try:
+        out = [int(x) for x in v]
+    except (TypeError, ValueError):
+        raise ConfigError("extra_config %s=%r is not a list of layer counts" % (what, v)) from None
+    if not out or any(x <= 0 for x in out):
+        raise ConfigError("extra_config %s=%r is not a list of positive layer counts" % (what, v))
+    return out
+
+
+def _positive(what, v):
+    if isinstance(v, bool):
+        raise ConfigError("extra_config %s=%r is not a positive whole number" % (what, v))
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        raise ConfigError("extra_config %s=%r is not a positive whole number" % (what, v)) from None
+    if n <= 0 or n != v and str(n) != str(v).strip():
+        raise ConfigError("extra_config %s=%r is not a positive whole number" % (what, v))
+    return n
+
+
+@dataclass
+class Binding:
+    """What a host pool and the storage config bind to in kvreshard."""
+    model: Any
+    placement: Any
+    pool: Any
+    layout: str
+    page: int
+    slots: int
+    pp_layers: List[int]
+    page_bytes: int  # this rank's bytes of one page
+
+
+def bind(config, mem_pool_host, extra=None):
+    """The kvreshard Model, Placement and Pool of a rank from SGLang's
+    storage config and host pool; ConfigError when they disagree or are not
+    supported."""
+    extra = dict(config.extra_config or {}) if extra is None else extra
+    p = mem_pool_host
+    cls = type(p).__name__
+
+    def attr(name):
+        if not hasattr(p, name):
+            raise ConfigError("the host pool (%s) has no %s; kvreshard binds SGLang's "
+                              "MHATokenToKVPoolHost and MLATokenToKVPoolHost" % (cls, name))
+        return getattr(p, name)
+
+    if getattr(config, "attn_cp_size", 1) > 1:
+        raise ConfigError("attention context parallelism (attn_cp_size=%d) is not supported"
+                          % config.attn_cp_size)
+    if getattr(config, "should_split_heads", False):
+        raise ConfigError("should_split_heads (tp_lcm_size) is not supported")
+    layout = attr("layout")
+    if layout not in kv.POOL_LAYOUTS:
+        raise ConfigError("host pool layout %r is not one of %s" % (layout, ", ".join(kv.POOL_LAYOUTS)))
+    page = int(attr("page_size"))
+    pages = int(attr("page_num"))
+    size = int(getattr(p, "size", pages * page))
+    if size != pages * page:
+        raise ConfigError("the host pool has %d tokens, not page_num %d x page_size %d" % (size, pages, page))
+    start, end = int(attr("start_layer")), int(attr("end_layer"))
+    lr = end - start
+    if start < 0 or lr <= 0:
+        raise ConfigError("the host pool's layers [%d, %d) are empty" % (start, end))
+    layer_num = int(getattr(p, "layer_num", lr))
+    if layer_num != lr:
+        raise ConfigError("the host pool holds %d layers but start_layer..end_layer is [%d, %d): "
+                          "pools with MTP draft layers are not supported" % (layer_num, start, end))
+    mla = bool(config.is_mla_model)
+    if mla:
+        dim, heads = int(attr("kv_cache_dim")), 1
+    else:
+        dim, heads = int(attr("head_dim")), int(attr("head_num"))
+    kvb = attr("kv_buffer")
+    want = _shapes(layout, mla, lr, size, pages, page, heads, dim)
+    shape = tuple(int(x) for x in kvb.shape)
+    if shape != want:
+        raise ConfigError("the host pool's kv_buffer has shape %s; SGLang's %s%s pool of these sizes "
+                          "has %s" % (shape, "MLA " if mla else "", layout, want))
+
+    # dtype: the kvreshard name, and the fp8 variant for the fingerprint
+    store_dt = _dtype_name(attr("dtype"))
+    dt = _DTYPES.get(store_dt)
+    if dt is None:
+        raise ConfigError("host pool dtype %s is not one of bfloat16, float16, float32 or an fp8" % store_dt)
+    variant = ""
+    if dt == "fp8":
+        variant = store_dt if store_dt in _FP8 else ""
+        dev = getattr(getattr(p, "device_pool", None), "dtype", None)
+        if not variant and dev is not None and _dtype_name(dev) in _FP8:
+            variant = _dtype_name(dev)
+        if not variant:
+            variant = str(extra.get("fp8_variant", ""))
+            if variant.startswith("float8_"):
+                pass
+            elif variant:
+                variant = "float8_" + variant
+        if variant not in _FP8:
+            raise ConfigError("the host pool stores fp8 as %s and its variant is unknown: give extra_config "
+                              "fp8_variant (e4m3fn or e5m2)" % store_dt)
+    item = kv.DTYPES[dt]
+    elems = 1
+    for x in want:
+        elems *= x
+    if _nbytes(kvb) != elems * item:
+        raise ConfigError("the host pool's kv_buffer has %d bytes; %s elements of %s have %d"
+                          % (_nbytes(kvb), want, dt, elems * item))
+
+    tp, pp = int(config.tp_size), int(config.pp_size)
+    tp_rank, pp_rank = int(config.tp_rank), int(config.pp_rank)
+
+    # the whole PP split, from extra_config or the framework's rule
+    if "pp_layers" in extra:
+        split = _int_list("pp_layers", extra["pp_layers"])
+        if len(split) != pp:
+            raise ConfigError("extra_config pp_layers=%r has %d stages; pp_size is %d"
+                              % (extra["pp_layers"], len(split), pp))
+        layers = sum(split)
+        if "layers" in extra and _positive("layers", extra["layers"]) != layers:
+            raise ConfigError("extra_config pp_layers=%r sums to %d layers, layers is %s"
+                              % (extra["pp_layers"], layers, extra["layers"]))
+    else:
+        if "layers" in extra:
+            layers = _positive("layers", extra["layers"])
+        elif pp == 1:
+            layers = end
+        elif os.environ.get("SGLANG_PP_LAYER_PARTITION"):
+            layers = sum(_int_list("SGLANG_PP_LAYER_PARTITION", os.environ["SGLANG_PP_LAYER_PARTITION"]))
+        else:
+            raise ConfigError("with PP %d the model's layer count is needed: give extra_config layers "
+                              "(or pp_layers)" % pp)
+        if layers < pp:
+            raise ConfigError("%d layers cannot be split into %d PP stages" % (layers, pp))
+        split = sglang_split(layers, pp)
+    s0 = sum(split[:pp_rank])
+    if (s0, s0 + split[pp_rank]) != (start, end):
+        raise ConfigError("PP rank %d's host pool holds layers [%d, %d) but the PP split %s of %d layers "
+                          "gives it [%d, %d): set extra_config pp_layers to the split the model runs with"
+                          % (pp_rank, start, end, "/".join(map(str, split)), layers, s0, s0 + split[pp_rank]))
+
+    # KV heads: the pool holds this TP rank's
+    if mla:
+        kv_heads = 1
+    elif "kv_heads" in extra:
+        kv_heads = _positive("kv_heads", extra["kv_heads"])
+        local = kv_heads // tp if kv_heads >= tp else 1
+        if kv_heads >= tp and kv_heads % tp or kv_heads < tp and tp % kv_heads or heads != local:
+            raise ConfigError("extra_config kv_heads=%d on TP %d gives %s heads a rank; the host pool "
+                              "has %d" % (kv_heads, tp, local if kv_heads % tp == 0 or kv_heads < tp
+                                          else "uneven", heads))
+    else:
+        kv_heads = heads * tp
+
+    name = extra.get("model_name") or config.model_name
+    if not name:
+        raise ConfigError("no model name: SGLang passes none; give extra_config model_name")
+    fp = [str(extra.get("fingerprint", ""))]
+    if variant:
+        fp.append("fp8=" + variant)
+    model = kv.Model(layers=layers, kv_heads=kv_heads, head_dim=dim, dtype=dt, page=page, mla=mla,
+                     name=str(name), revision=str(extra.get("revision", "0")),
+                     namespace=str(extra.get("namespace", "kvreshard")),
+                     fingerprint=";".join(x for x in fp if x))
+    placement = kv.Placement(tp=tp, pp=pp, rank=(tp_rank, pp_rank), pp_layers=split)
+    if mla:
+        regions = [_region(kvb, "the host pool's kv_buffer")]
+    else:
+        regions = [_region(kvb[0], "the host pool's K buffer"), _region(kvb[1], "the host pool's V buffer")]
+    pool = kv.Pool(layout, regions, pages)
+    return Binding(model, placement, pool, layout, page, pages, split,
+                   page_bytes=elems * item // pages)
+
+
+class KvreshardStorage(HiCacheStorage):
+    """SGLang HiCache L3 storage over kvreshard (see the module doc).
+
+    batch_get_v1 and batch_set_v1 never raise and never return None (an
+    exception or None kills SGLang's prefetch or backup thread for good):
+    errors are logged and the pages reported as not read or not written.
+
+    clear() cannot clear the store: kvreshard's pages are immutable,
+    content-addressed and shared by every rank, instance and tenant of the
+    store, so one instance must not delete them (and the C API has no
+    delete). clear() resets this backend's counters and metrics only;
+    evicting is the store's job (Redis maxmemory, or removing a file
+    store's directory while no process uses it).
+    """
+
+    def __init__(self, storage_config, kwargs=None):
+        self.config = storage_config
+        extra = dict(storage_config.extra_config or {})
+        self.extra = extra
+        if not extra.get("interface_v1"):
+            raise ConfigError('extra_config needs "interface_v1": 1: kvreshard reads and writes the '
+                              "host pool in place (batch_get_v1, batch_set_v1)")
+        url = extra.get("url")
+        if not url or not isinstance(url, str):
+            raise ConfigError('extra_config needs "url", the store (redis://host:port, file:///dir)')
+        if getattr(storage_config, "attn_cp_size", 1) > 1:
+            raise ConfigError("attention context parallelism (attn_cp_size=%d) is not supported"
+                              % storage_config.attn_cp_size)
+        if "max_procs" in extra:
+            kv.set_max_procs(_positive("max_procs", extra["max_procs"]))
+        self.binding = None
+        self._reader = self._writer = None
+        self._mu = threading.Lock()
+        self._reset_counters()
+        self.store = kv.Store(url)
+        logger.info("kvreshard: store %s, TP %d/%d, PP %d/%d", url, storage_config.tp_rank,
+                    storage_config.tp_size, storage_config.pp_rank, storage_config.pp_size)
+
+    def _reset_counters(self):
+        self.counters = {"get_batches": 0, "get_pages": 0, "get_hits": 0, "set_batches": 0,
+                         "set_pages": 0, "set_ok": 0, "errors": 0}
+        self._metrics = StorageMetrics()
+
+    def register_mem_pool_host(self, mem_pool_host):
+        """Bind the rank's host pool: refuses (ConfigError) when the pool,
+        the storage config and the PP split disagree, and publishes the
+        manifest so that a store that fails stops the start."""
+        b = bind(self.config, mem_pool_host, self.extra)
+        reader = kv.Reader(self.store, b.model, b.placement, b.pool)
+        try:
+            writer = kv.Writer(self.store, b.model, b.placement, b.pool, self.extra.get("part_layout"))
+        except Exception:
+            reader.close()
+            raise
+        try:
+            writer.publish()
+        except Exception:
+            writer.close()
+            reader.close()
+            raise
+        super().register_mem_pool_host(mem_pool_host)
+        self.binding, self._reader, self._writer = b, reader, writer
+        logger.info("kvreshard: %r, %r, %r", b.model, b.placement, b.pool)
+
+    def _slots(self, host_indices, n):
+        """Host token indices (page_size per page, page-aligned) to pool slots."""
+        b = self.binding
+        if b is None:
+            raise kv.InvalidArgument("kvreshard: no host pool registered", 1)
+        ps = b.page
+        np = kv._numpy()
+        if np is not None:
+            idx = np.asarray(host_indices)
+            if idx.ndim != 1 or idx.shape[0] != n * ps:
+                raise kv.InvalidArgument("kvreshard: %s host indices for %d pages of %d tokens"
+                                         % ("x".join(map(str, idx.shape)), n, ps), 1)
+            if n == 0:
+                return np.zeros(0, np.int64)
+            if idx.dtype.kind not in "iu":
+                raise kv.InvalidArgument("kvreshard: host indices are %s, not integers" % idx.dtype, 1)
+            idx = idx.astype(np.int64, copy=False).reshape(n, ps)
+            first = idx[:, 0]
+            bad = np.flatnonzero(first % ps)
+            if len(bad):
+                i = int(bad[0])
+                raise kv.InvalidArgument("kvreshard: page %d starts at host index %d, not a multiple "
+                                         "of the page size %d" % (i, first[i], ps), 1)
+            bad = np.flatnonzero((idx != first[:, None] + np.arange(ps)).any(axis=1))
+            if len(bad):
+                i = int(bad[0])
+                raise kv.InvalidArgument("kvreshard: page %d's host indices from %d are not %d "
+                                         "consecutive tokens" % (i, first[i], ps), 1)
+            slots = first // ps
+            bad = np.flatnonzero((slots < 0) | (slots >= b.slots))
+            if len(bad):
+                i = int(bad[0])
+                raise kv.InvalidArgument("kvreshard: page %d's host index %d is outside the host pool "
+                                         "of %d tokens" % (i, first[i], b.slots * ps), 1)
+            return slots
+        idx = host_indices.tolist() if hasattr(host_indices, "tolist") else list(host_indices)
+        if len(idx) != n * ps:
+            raise kv.InvalidArgument("kvreshard: %d host indices for %d pages of %d tokens"
+                                     % (len(idx), n, ps), 1)
+        slots = []
+        for i in range(n):
+            f = idx[i * ps]
+            if f % ps:
+                raise kv.InvalidArgument("kvreshard: page %d starts at host index %d, not a multiple "
+                                         "of the page size %d" % (i, f, ps), 1)
+            if idx[i * ps:(i + 1) * ps] != list(range(f, f + ps)):
+                raise kv.InvalidArgument("kvreshard: page %d's host indices from %d are not %d "
+                                         "consecutive tokens" % (i, f, ps), 1)
+            if not 0 <= f // ps < b.slots:
+                raise kv.InvalidArgument("kvreshard: page %d's host index %d is outside the host pool "
+                                         "of %d tokens" % (i, f, b.slots * ps), 1)
+            slots.append(f // ps)
+        return slots
+
+    def batch_exists(self, keys, extra_info=None):
+        """How many leading pages of keys the store holds complete (0 on error, logged)."""
+        try:
+            if self._reader is None:
+                raise kv.InvalidArgument("kvreshard: no host pool registered", 1)
+            return self._reader.exists(keys)
+        except Exception as e:
+            self._count(errors=1)
+            logger.error("kvreshard: batch_exists of %s pages failed: %s", _len(keys), e)
+            return 0
+
+    def batch_get_v1(self, keys, host_indices, extra_info=None):
+        """Read pages into the host pool; True for each leading page read in full."""
+        n = _len(keys)
+        out = [False] * n
+        try:
+            slots = self._slots(host_indices, n)
+            t = time.perf_counter()
+            res = self._reader.read(keys, slots)
+            dt = time.perf_counter() - t
+            for i in range(res.hit):
+                out[i] = True
+            if res.stop not in (kv.Stop.NONE, kv.Stop.MISS):
+                logger.warning("kvreshard: read of %d pages stopped after %d (%s): %s", n, res.hit,
+                               res.stop.name.lower(), res.message)
+            with self._mu:
+                c = self.counters
+                c["get_batches"] += 1
+                c["get_pages"] += n
+                c["get_hits"] += res.hit
+                if res.hit:
+                    self._metrics.prefetch_pgs.append(res.hit)
+                    self._metrics.prefetch_bandwidth.append(res.bytes / max(dt, 1e-9) / 1e9)
+        except Exception as e:
+            self._count(errors=1)
+            logger.error("kvreshard: batch_get_v1 of %d pages failed: %s", n, e)
+        return out
+
+    def batch_set_v1(self, keys, host_indices, extra_info=None):
+        """Write pages from the host pool; True for each page the store
+        holds afterwards (written, already complete, or written by the rank
+        that owns the replicated heads)."""
+        n = _len(keys)
+        out = [False] * n
+        try:
+            slots = self._slots(host_indices, n)
+            t = time.perf_counter()
+            st = self._writer.write(keys, slots)
+            dt = time.perf_counter() - t
+            good = (kv.WriteStatus.WRITTEN, kv.WriteStatus.COMPLETE, kv.WriteStatus.REPLICA)
+            out = [s in good for s in st]
+            written = sum(1 for s in st if s == kv.WriteStatus.WRITTEN)
+            if not all(out):
+                bad = [(keys[i], st[i].name.lower()) for i in range(n) if not out[i]]
+                logger.warning("kvreshard: %d of %d pages not written: %s", len(bad), n, bad[:4])
+            with self._mu:
+                c = self.counters
+                c["set_batches"] += 1
+                c["set_pages"] += n
+                c["set_ok"] += sum(out)
+                if written:
+                    self._metrics.backup_pgs.append(written)
+                    self._metrics.backup_bandwidth.append(
+                        written * self.binding.page_bytes / max(dt, 1e-9) / 1e9)
+        except Exception as e:
+            self._count(errors=1)
+            logger.error("kvreshard: batch_set_v1 of %d pages failed: %s", n, e)
+        return out
+
+    def _count(self, **kw):
+        with self._mu:
+            for k, v in kw.items():
+                self.counters[k] += v
+
+    # The copying interface of HiCacheStorage: kvreshard has only the
+    # zero-copy one (interface_v1), so these report misses and failures.
+    def exists(self, key):
+        return self.batch_exists([key]) == 1
+
+    def get(self, key, target_location=None, target_sizes=None):
+        return None
+
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        return [None] * _len(keys)
+
+    def set(self, key, value=None, target_location=None, target_sizes=None):
+        return False
+
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        return False
+
+    def get_stats(self):
+        """The StorageMetrics since the last call (pages and GB/s of each
+        read and write batch), for SGLang's storage metrics."""
+        with self._mu:
+            m, self._metrics = self._metrics, StorageMetrics()
+        return m
+
+    def stats(self):
+        """This backend's counters and the reader's and writer's, as a dict."""
+        with self._mu:
+            out = dict(self.counters)
+        if self._reader is not None and not self._reader.closed:
+            out["reader"] = self._reader.stats()._asdict()
+        if self._writer is not None and not self._writer.closed:
+            out["writer"] = self._writer.stats()._asdict()
+        return out
+
+    def clear(self):
+        """Reset this backend's counters and metrics. The store's pages stay:
+        they are shared with every other rank and instance (see the class doc)."""
+        with self._mu:
+            self._reset_counters()
+
+    def close(self):
+        """Close the reader, the writer and the store (SGLang's detach calls it)."""
+        for o in (self._reader, self._writer, getattr(self, "store", None)):
+            if o is not None:
+                try:
+                    o.close()
+                except Exception as e:
+                    logger.error("kvreshard: close: %s", e)
+
+
+def _len(keys):
+    try:
+        return len(keys)
+    except TypeError:
+        return 0

@@ -1,0 +1,128 @@
+"""The tests' oracle: pages as logical arrays and host pools of SGLang's
+exact shapes, with numpy indexing only (nothing from kvreshard).
+
+A page is one array per component (K, V; one latent for MLA) indexed
+[token, layer, head, element], i.e. the logical [component, token, layer,
+head, element] array. A rank's pool holds its own layers and heads; slot s
+of a pool, seen through slot_view, is indexed the same way.
+"""
+
+import hashlib
+
+import numpy as np
+
+UINT = {"fp32": np.uint32, "bf16": np.uint16, "fp16": np.uint16, "fp8": np.uint8}
+LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+
+
+class Spec:
+    """A model as the oracle sees it."""
+
+    def __init__(self, layers, kv_heads, head_dim, dtype, page, v_head_dim=None, mla=False, salt=""):
+        self.layers, self.kv_heads, self.page, self.dtype, self.mla = layers, kv_heads, page, dtype, mla
+        self.dims = [head_dim] if mla else [head_dim, v_head_dim or head_dim]
+        self.salt = salt
+
+    @property
+    def uint(self):
+        return UINT[self.dtype]
+
+
+def page(spec, key):
+    """The logical page of key: one [T, L, H, D_c] array per component,
+    random bits seeded by the key (and the spec's salt)."""
+    seed = int.from_bytes(hashlib.sha256((spec.salt + "/" + key).encode()).digest()[:8], "little")
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(spec.uint)
+    return [rng.integers(0, info.max, size=(spec.page, spec.layers, spec.kv_heads, d), dtype=spec.uint,
+                         endpoint=True) for d in spec.dims]
+
+
+def stages(split):
+    """[start, end) of each PP stage of a split (layers per stage)."""
+    out, at = [], 0
+    for n in split:
+        out.append((at, at + n))
+        at += n
+    return out
+
+
+def heads_of(kv_heads, tp, tp_rank):
+    """[start, end) of the KV heads TP rank tp_rank holds (replicated when tp > kv_heads)."""
+    if tp <= kv_heads:
+        per = kv_heads // tp
+        return tp_rank * per, (tp_rank + 1) * per
+    h = tp_rank // (tp // kv_heads)
+    return h, h + 1
+
+
+def comp_shape(layout, slots, page, layers, heads, dim):
+    """One component's buffer in SGLang's host pool (memory_pool_host):
+    the kv_buffer shape without its leading 2."""
+    size = slots * page
+    return {"layer_first": (layers, size, heads, dim),
+            "page_first": (size, layers, heads, dim),
+            "page_first_direct": (slots, layers, page, heads, dim),
+            "page_head": (slots, heads, page, layers, dim)}[layout]
+
+
+def new_pool(spec, layout, slots, layers, heads, fill=0):
+    """A host pool as SGLang allocates it: MHA one (2, ...) kv_buffer whose
+    halves are K and V (when K and V dims are equal), MLA one buffer with one
+    head. Returns (kv_buffer or None, [component arrays])."""
+    if spec.mla:
+        kvb = np.full(comp_shape(layout, slots, spec.page, layers, 1, spec.dims[0]), fill, spec.uint)
+        return kvb, [kvb]
+    if spec.dims[0] == spec.dims[1]:
+        kvb = np.full((2,) + comp_shape(layout, slots, spec.page, layers, heads, spec.dims[0]), fill, spec.uint)
+        return kvb, [kvb[0], kvb[1]]
+    return None, [np.full(comp_shape(layout, slots, spec.page, layers, heads, d), fill, spec.uint)
+                  for d in spec.dims]
+
+
+def slot_view(comp, layout, slot, page):
+    """Slot `slot` of one component buffer as a [T, L, H, D] view."""
+    if layout == "layer_first":
+        L, size, H, D = comp.shape
+        return comp.reshape(L, size // page, page, H, D)[:, slot].transpose(1, 0, 2, 3)
+    if layout == "page_first":
+        size, L, H, D = comp.shape
+        return comp.reshape(size // page, page, L, H, D)[slot]
+    if layout == "page_first_direct":
+        return comp[slot].transpose(1, 0, 2, 3)
+    if layout == "page_head":
+        return comp[slot].transpose(1, 2, 0, 3)
+    raise ValueError(layout)
+
+
+def share(pg, layers, heads):
+    """The part of a logical page a rank holds."""
+    (l0, l1), (h0, h1) = layers, heads
+    return [c[:, l0:l1, h0:h1, :] for c in pg]
+
+
+def fill_slot(comps, layout, slot, spec, pg, layers, heads):
+    for c, want in zip(comps, share(pg, layers, heads)):
+        slot_view(c, layout, slot, spec.page)[...] = want
+
+
+def check_slot(comps, layout, slot, spec, pg, layers, heads, what=""):
+    """Assert slot holds the rank's share of pg, element by element."""
+    for ci, (c, want) in enumerate(zip(comps, share(pg, layers, heads))):
+        got = slot_view(c, layout, slot, spec.page)
+        if not np.array_equal(got, want):
+            bad = np.argwhere(got != want)
+            t, l, h, d = bad[0]
+            raise AssertionError(
+                "%s component %d slot %d: %d of %d elements differ; first at token %d layer %d head %d "
+                "element %d: got %#x, want %#x" % (what, ci, slot, len(bad), want.size, t, l + layers[0],
+                                                   h + heads[0], d, got[t, l, h, d], want[t, l, h, d]))
+
+
+def check_untouched(comps, layout, slots, spec, fill, what=""):
+    """Assert the given slots still hold `fill` only."""
+    for ci, c in enumerate(comps):
+        for s in slots:
+            v = slot_view(c, layout, s, spec.page)
+            if not (v == fill).all():
+                raise AssertionError("%s component %d slot %d was written" % (what, ci, s))
