@@ -1,0 +1,425 @@
+"""The SGLang HiCache backend, driven as SGLang drives it, through a fake
+storage config and fake host pools with SGLang's attribute names and
+kv_buffer shapes (memory_pool_host.py), without SGLang or torch."""
+
+import glob
+import importlib
+import itertools
+import logging
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import kvreshard as kv
+import kvreshard.sglang as ks
+import oracle as o
+
+PAGE = 4
+LAYERS = 7
+KV_HEADS = 4
+DIM = 8
+
+
+class FakeDtype:
+    """What str() of a torch dtype gives."""
+
+    def __init__(self, name, itemsize):
+        self._name, self.itemsize = name, itemsize
+
+    def __str__(self):
+        return "torch." + self._name
+
+
+class FakeDevicePool:
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+
+class FakeMHAHostPool:
+    """MHATokenToKVPoolHost's attributes; kv_buffer of SGLang's shapes."""
+
+    def __init__(self, layout, page_num, start_layer, end_layer, head_num, head_dim=DIM, page_size=PAGE,
+                 dtype="bfloat16", np_dtype=np.uint16, device_dtype=None):
+        self.layout, self.page_size, self.page_num = layout, page_size, page_num
+        self.size = page_num * page_size
+        self.start_layer, self.end_layer = start_layer, end_layer
+        self.layer_num = end_layer - start_layer
+        self.head_num, self.head_dim = head_num, head_dim
+        self.dtype = FakeDtype(dtype, np.dtype(np_dtype).itemsize)
+        self.device_pool = FakeDevicePool(FakeDtype(device_dtype or dtype, 1))
+        L, S, T, H, D = self.layer_num, page_num, page_size, head_num, head_dim
+        dims = {"layer_first": (2, L, S * T, H, D),
+                "page_first": (2, S * T, L, H, D),
+                "page_first_direct": (2, S, L, T, H, D),
+                "page_head": (2, S, H, T, L, D)}[layout]
+        self.kv_buffer = np.zeros(dims, np_dtype)
+
+    @property
+    def k_buffer(self):
+        return self.kv_buffer[0]
+
+    @property
+    def v_buffer(self):
+        return self.kv_buffer[1]
+
+
+class FakeMLAHostPool:
+    """MLATokenToKVPoolHost's attributes."""
+
+    def __init__(self, layout, page_num, start_layer, end_layer, kv_lora_rank=8, qk_rope_head_dim=4):
+        self.layout, self.page_size, self.page_num = layout, PAGE, page_num
+        self.size = page_num * PAGE
+        self.start_layer, self.end_layer = start_layer, end_layer
+        self.layer_num = end_layer - start_layer
+        self.kv_lora_rank, self.qk_rope_head_dim = kv_lora_rank, qk_rope_head_dim
+        self.kv_cache_dim = kv_lora_rank + qk_rope_head_dim
+        self.dtype = FakeDtype("bfloat16", 2)
+        L, S, T, D = self.layer_num, page_num, PAGE, self.kv_cache_dim
+        dims = {"layer_first": (L, S * T, 1, D),
+                "page_first": (S * T, L, 1, D),
+                "page_first_direct": (S, L, T, 1, D)}[layout]
+        self.kv_buffer = np.zeros(dims, np.uint16)
+
+
+def config(tp, pp, t, p, url, mla=False, model_name="meta-llama/Llama-test", **extra):
+    e = {"backend_name": "kvreshard", "module_path": "kvreshard.sglang", "class_name": "KvreshardStorage",
+         "interface_v1": 1, "url": url}
+    e.update(extra)
+    return ks.HiCacheStorageConfig(tp_rank=t, tp_size=tp, pp_rank=p, pp_size=pp, attn_cp_rank=0,
+                                   attn_cp_size=1, is_mla_model=mla, enable_storage_metrics=True,
+                                   is_page_first_layout=False, model_name=model_name, extra_config=e)
+
+
+def load_backend(cfg):
+    """What SGLang's StorageBackendFactory does for `dynamic`."""
+    e = cfg.extra_config
+    cls = getattr(importlib.import_module(e["module_path"]), e["class_name"])
+    assert issubclass(cls, ks.HiCacheStorage)
+    return cls(cfg, {})
+
+
+def instance(url, tp, pp, split, layout, slots=6, mla=False, **extra):
+    """One backend per rank of a TP x PP instance, registered with its host pool."""
+    out = []
+    st = o.stages(split)
+    for p, t in itertools.product(range(pp), range(tp)):
+        cfg = config(tp, pp, t, p, url, mla=mla, layers=sum(split), **extra)
+        if mla:
+            pool = FakeMLAHostPool(layout, slots, *st[p])
+        else:
+            pool = FakeMHAHostPool(layout, slots, *st[p], head_num=KV_HEADS // tp if tp <= KV_HEADS else 1)
+        b = load_backend(cfg)
+        b.register_mem_pool_host(pool)
+        out.append((b, pool, st[p], o.heads_of(1 if mla else KV_HEADS, tp, t)))
+    return out
+
+
+def spec(mla=False):
+    return o.Spec(LAYERS, 1, 12, "bf16", PAGE, mla=True) if mla else o.Spec(LAYERS, KV_HEADS, DIM, "bf16", PAGE)
+
+
+def comps(pool):
+    return [pool.kv_buffer] if isinstance(pool, FakeMLAHostPool) else [pool.kv_buffer[0], pool.kv_buffer[1]]
+
+
+def indices(slots):
+    """SGLang's host indices of pages at these slots: page_size tokens each."""
+    return np.concatenate([np.arange(s * PAGE, (s + 1) * PAGE, dtype=np.int64) for s in slots]) \
+        if slots else np.zeros(0, np.int64)
+
+
+def write(inst, keys, slots, sp):
+    outs = []
+    for b, pool, layers, heads in inst:
+        for k, s in zip(keys, slots):
+            o.fill_slot(comps(pool), pool.layout, s, sp, o.page(sp, k), layers, heads)
+        outs.append(b.batch_set_v1(keys, indices(slots)))
+    return outs
+
+
+def check(inst, keys, slots, sp, n=None):
+    for b, pool, layers, heads in inst:
+        for k, s in list(zip(keys, slots))[:n]:
+            o.check_slot(comps(pool), pool.layout, s, sp, o.page(sp, k), layers, heads, b.binding.layout)
+
+
+def close(*insts):
+    for inst in insts:
+        for b, *_ in inst:
+            b.close()
+
+
+KEYS = ["9f86d081884c7d65", "a665a45920422f9d", "b3a8e0e1f9ab1bfe"]
+
+
+@pytest.mark.parametrize("wl,rl", [("page_first", "layer_first"), ("page_first_direct", "page_head"),
+                                   ("page_head", "page_first"), ("layer_first", "page_first_direct")])
+def test_hits_across_topologies(tmp_path, wl, rl):
+    url = "file://" + str(tmp_path)
+    sp = spec()
+    w = instance(url, 1, 3, [2, 2, 3], wl)
+    r = instance(url, 2, 2, [3, 4], rl)
+    assert [b.batch_exists(KEYS) for b, *_ in r] == [0] * 4
+    assert write(w, KEYS, [4, 0, 2], sp) == [[True] * 3] * 3
+    assert [b.batch_exists(KEYS) for b, *_ in r] == [3] * 4
+    assert [b.batch_get_v1(KEYS, indices([1, 5, 3])) for b, *_ in r] == [[True] * 3] * 4
+    check(r, KEYS, [1, 5, 3], sp)
+    # and back: the TP2/PP2 instance's pages are complete already
+    assert write(r, KEYS, [1, 5, 3], sp) == [[True] * 3] * 4
+    s = r[0][0].stats()
+    assert s["writer"]["complete"] == 3 and s["reader"]["hits"] == 3
+    close(w, r)
+
+
+def test_mla(tmp_path):
+    url = "file://" + str(tmp_path)
+    sp = spec(mla=True)
+    w = instance(url, 2, 1, [7], "page_first", mla=True)
+    r = instance(url, 1, 2, [3, 4], "layer_first", mla=True)
+    assert write(w, KEYS, [0, 1, 2], sp) == [[True] * 3] * 2  # TP rank 1 holds a replica
+    assert w[1][0].stats()["writer"]["replica"] == 3
+    assert [b.batch_get_v1(KEYS, indices([2, 0, 4])) for b, *_ in r] == [[True] * 3] * 2
+    check(r, KEYS, [2, 0, 4], sp)
+    close(w, r)
+
+
+def test_misses(tmp_path):
+    url = "file://" + str(tmp_path)
+    sp = spec()
+    w = instance(url, 1, 1, [LAYERS], "page_first")
+    r = instance(url, 2, 1, [LAYERS], "page_head")
+    write(w, [KEYS[0], KEYS[2]], [0, 1], sp)
+    b = r[0][0]
+    assert b.batch_exists(KEYS) == 1
+    assert b.batch_get_v1(KEYS, indices([3, 4, 5])) == [True, False, False]
+    assert b.batch_get_v1(["0000"], indices([0])) == [False]
+    assert b.batch_get_v1([], indices([])) == []
+    assert b.exists(KEYS[2]) and not b.exists(KEYS[1])
+    check(r[:1], KEYS[:1], [3], sp)
+    c = b.stats()
+    assert (c["get_batches"], c["get_pages"], c["get_hits"], c["errors"]) == (3, 4, 1, 0)
+    close(w, r)
+
+
+def page_dirs(store, key):
+    return glob.glob(os.path.join(store, "objects*", "*", "kvreshard_%s_*" % key))
+
+
+def test_page_evicted_mid_batch(tmp_path):
+    """A page deleted from a file store between the existence check and the
+    read, or before both: the batch stops at it, the pages before it are read."""
+    store = str(tmp_path / "store")
+    url = "file://" + store
+    sp = spec()
+    keys = KEYS + ["c4ca4238a0b92382"]
+    w = instance(url, 1, 1, [LAYERS], "page_first")
+    assert write(w, keys, [0, 1, 2, 3], sp) == [[True] * 4]
+    r = instance(url, 1, 2, [3, 4], "page_first_direct")
+    assert [b.batch_exists(keys) for b, *_ in r] == [4, 4]
+    dirs = page_dirs(store, keys[2])
+    assert len(dirs) == 1, dirs
+    shutil.rmtree(dirs[0])
+    assert [b.batch_get_v1(keys, indices([5, 4, 3, 2])) for b, *_ in r] == [[True, True, False, False]] * 2
+    check(r, keys, [5, 4], sp)
+    # a rank that had not seen the page sees a miss
+    r2 = instance(url, 2, 1, [LAYERS], "layer_first")
+    assert [b.batch_exists(keys) for b, *_ in r2] == [2, 2]
+    assert [b.batch_get_v1(keys, indices([0, 1, 2, 3])) for b, *_ in r2] == [[True, True, False, False]] * 2
+    check(r2, keys, [0, 1], sp)
+    close(w, r, r2)
+
+
+@pytest.mark.parametrize("numpy", [True, False])
+def test_bad_indices(tmp_path, caplog, monkeypatch, numpy):
+    if not numpy:
+        monkeypatch.setattr(kv, "_np", None)
+    url = "file://" + str(tmp_path)
+    sp = spec()
+    w = instance(url, 1, 1, [LAYERS], "page_first")
+    write(w, KEYS[:2], [0, 1], sp)
+    b = w[0][0]
+    cases = [
+        (indices([0, 1])[:-1], "7 host indices for 2 pages of 4 tokens"),
+        (indices([0, 1]) + 1, "page 0 starts at host index 1, not a multiple of the page size 4"),
+        (np.concatenate([indices([0]), indices([1])[::-1]]),
+         "page 1 starts at host index 7, not a multiple of the page size 4"),
+        (np.concatenate([indices([0]), [4, 5, 7, 6]]), "page 1's host indices from 4 are not 4 consecutive tokens"),
+        (indices([0, 6]), "page 1's host index 24 is outside the host pool of 24 tokens"),
+        (indices([-1, 0]), "page 0's host index -4 is outside the host pool of 24 tokens"),
+    ]
+    for idx, msg in cases:
+        for name, f in (("batch_get_v1", b.batch_get_v1), ("batch_set_v1", b.batch_set_v1)):
+            caplog.clear()
+            with caplog.at_level(logging.ERROR, logger="kvreshard.sglang"):
+                assert f(KEYS[:2], list(idx) if not numpy else idx) == [False, False]
+            assert caplog.messages == ["kvreshard: %s of 2 pages failed: kvreshard: %s" % (name, msg)]
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="kvreshard.sglang"):
+        assert b.batch_get_v1(KEYS[:2], indices([1, 1])) == [False, False]   # the same slot twice
+        assert b.batch_get_v1(["bad_key", KEYS[0]], indices([0, 1])) == [False, False]
+        assert b.batch_set_v1(None, None) == []
+        assert b.batch_exists(["bad_key"]) == 0
+    assert len(caplog.messages) == 4 and all(m.startswith("kvreshard: batch_") for m in caplog.messages)
+    assert b.stats()["errors"] == 2 * len(cases) + 4
+    close(w)
+
+
+def test_store_that_fails(tmp_path, caplog):
+    """The store's directory replaced by a file under a running instance:
+    every call reports failure or a miss, none raises."""
+    store = tmp_path / "store"
+    url = "file://" + str(store)
+    sp = spec()
+    w = instance(url, 1, 1, [LAYERS], "page_first")
+    r = instance(url, 1, 1, [LAYERS], "page_head")
+    shutil.rmtree(store)
+    store.write_bytes(b"not a directory")
+    with caplog.at_level(logging.WARNING, logger="kvreshard.sglang"):
+        assert write(w, KEYS, [0, 1, 2], sp) == [[False] * 3]
+        assert r[0][0].batch_exists(KEYS) == 0
+        assert r[0][0].batch_get_v1(KEYS, indices([0, 1, 2])) == [False] * 3
+    assert caplog.messages, "failures are logged"
+    close(w, r)
+
+
+def test_refuses_to_start(tmp_path):
+    url = "file://" + str(tmp_path)
+
+    def refused(cfg, pool, msg):
+        with pytest.raises(ks.ConfigError) as e:
+            b = load_backend(cfg)
+            b.register_mem_pool_host(pool)
+        assert str(e.value) == "kvreshard sglang: " + msg
+
+    pool = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
+    cfg = config(1, 1, 0, 0, url)
+    del cfg.extra_config["interface_v1"]
+    refused(cfg, pool, 'extra_config needs "interface_v1": 1: kvreshard reads and writes the host pool '
+                       "in place (batch_get_v1, batch_set_v1)")
+    cfg = config(1, 1, 0, 0, url)
+    del cfg.extra_config["url"]
+    refused(cfg, pool, 'extra_config needs "url", the store (redis://host:port, file:///dir)')
+    # kvreshard's default split of 7 layers on PP 3 is 3/2/2; SGLang's is 2/2/3
+    refused(config(1, 3, 0, 1, url, layers=7), FakeMHAHostPool("page_first", 4, 3, 5, KV_HEADS),
+            "PP rank 1's host pool holds layers [3, 5) but the PP split 2/2/3 of 7 layers gives it [2, 4): "
+            "set extra_config pp_layers to the split the model runs with")
+    refused(config(1, 3, 0, 2, url, pp_layers="3,2,2"), FakeMHAHostPool("page_first", 4, 4, 7, KV_HEADS),
+            "PP rank 2's host pool holds layers [4, 7) but the PP split 3/2/2 of 7 layers gives it [5, 7): "
+            "set extra_config pp_layers to the split the model runs with")
+    refused(config(1, 2, 0, 0, url), FakeMHAHostPool("page_first", 4, 0, 3, KV_HEADS),
+            "with PP 2 the model's layer count is needed: give extra_config layers (or pp_layers)")
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
+    p.layer_num = LAYERS + 1
+    refused(config(1, 1, 0, 0, url), p, "the host pool holds 8 layers but start_layer..end_layer is [0, 7): "
+                                        "pools with MTP draft layers are not supported")
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
+    p.kv_buffer = p.kv_buffer[:, :8]
+    refused(config(1, 1, 0, 0, url), p, "the host pool's kv_buffer has shape (2, 8, 7, 4, 8); SGLang's "
+                                        "page_first pool of these sizes has (2, 16, 7, 4, 8)")
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
+    p.layout = "page_first_kv_split"
+    refused(config(1, 1, 0, 0, url), p,
+            "host pool layout 'page_first_kv_split' is not one of layer_first, page_first, "
+            "page_first_direct, page_head")
+    refused(config(2, 1, 0, 0, url, kv_heads=4), FakeMHAHostPool("page_first", 4, 0, LAYERS, 1),
+            "extra_config kv_heads=4 on TP 2 gives 2 heads a rank; the host pool has 1")
+    refused(config(1, 1, 0, 0, url, model_name=None), FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS),
+            "no model name: SGLang passes none; give extra_config model_name")
+    refused(config(1, 1, 0, 0, url), FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS, dtype="uint8",
+                                                     np_dtype=np.uint8, device_dtype="uint8"),
+            "the host pool stores fp8 as uint8 and its variant is unknown: give extra_config fp8_variant "
+            "(e4m3fn or e5m2)")
+    cfg = config(1, 1, 0, 0, url)
+    cfg.attn_cp_size = 2
+    refused(cfg, pool, "attention context parallelism (attn_cp_size=2) is not supported")
+    with pytest.raises(kv.InvalidArgument, match='unknown scheme "nosuch"'):
+        load_backend(config(1, 1, 0, 0, "nosuch://x"))
+
+
+def test_split_rules():
+    assert [ks.sglang_stage(7, r, 3) for r in range(3)] == [(0, 2), (2, 4), (4, 7)]
+    assert [ks.sglang_stage(8, r, 3) for r in range(3)] == [(0, 2), (2, 5), (5, 8)]
+    assert [ks.sglang_stage(80, r, 2) for r in range(2)] == [(0, 40), (40, 80)]
+    assert ks.sglang_split(61, 4) == [15, 15, 15, 16]
+    os.environ["SGLANG_PP_LAYER_PARTITION"] = "4,2,1"
+    try:
+        assert ks.sglang_split(7, 3) == [4, 2, 1]
+        with pytest.raises(ks.ConfigError, match="does not split 8 layers into 3 stages"):
+            ks.sglang_split(8, 3)
+    finally:
+        del os.environ["SGLANG_PP_LAYER_PARTITION"]
+
+
+def test_split_override_and_partition_env(tmp_path, monkeypatch):
+    url = "file://" + str(tmp_path)
+    sp = spec()
+    w = instance(url, 1, 3, [3, 2, 2], "page_first", pp_layers=[3, 2, 2])
+    assert [b.binding.pp_layers for b, *_ in w] == [[3, 2, 2]] * 3
+    write(w, KEYS, [0, 1, 2], sp)
+    monkeypatch.setenv("SGLANG_PP_LAYER_PARTITION", "1,6")
+    st = o.stages([1, 6])
+    r = []
+    for p in range(2):
+        cfg = config(1, 2, 0, p, url)
+        b = load_backend(cfg)
+        pool = FakeMHAHostPool("page_head", 6, *st[p], KV_HEADS)
+        b.register_mem_pool_host(pool)
+        r.append((b, pool, st[p], (0, KV_HEADS)))
+    assert [b.binding.pp_layers for b, *_ in r] == [[1, 6]] * 2
+    assert [b.batch_get_v1(KEYS, indices([5, 3, 1])) for b, *_ in r] == [[True] * 3] * 2
+    check(r, KEYS, [5, 3, 1], sp)
+    close(w, r)
+
+
+def test_model_domain_separates_dtypes_and_tenants(tmp_path):
+    url = "file://" + str(tmp_path)
+    sp = spec()
+    w = instance(url, 1, 1, [LAYERS], "page_first", namespace="tenant-a")
+    write(w, KEYS, [0, 1, 2], sp)
+    same = instance(url, 1, 1, [LAYERS], "page_head", namespace="tenant-a")
+    assert same[0][0].batch_exists(KEYS) == 3
+    other_tenant = instance(url, 1, 1, [LAYERS], "page_first", namespace="tenant-b")
+    assert other_tenant[0][0].batch_exists(KEYS) == 0
+    cfg = config(1, 1, 0, 0, url, namespace="tenant-a")
+    fp16 = load_backend(cfg)
+    fp16.register_mem_pool_host(FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS, dtype="float16"))
+    assert fp16.batch_exists(KEYS) == 0
+    e4m3, e5m2 = (load_backend(config(1, 1, 0, 0, url, namespace="tenant-a")) for _ in range(2))
+    e4m3.register_mem_pool_host(FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS, dtype="uint8",
+                                                np_dtype=np.uint8, device_dtype="float8_e4m3fn"))
+    e5m2.register_mem_pool_host(FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS, dtype="uint8",
+                                                np_dtype=np.uint8, device_dtype="float8_e5m2"))
+    assert e4m3.binding.model.fingerprint == "fp8=float8_e4m3fn"
+    assert e4m3.binding.model.domain() != e5m2.binding.model.domain()
+    other_model = load_backend(config(1, 1, 0, 0, url, namespace="tenant-a", model_name="other/model"))
+    other_model.register_mem_pool_host(FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS))
+    assert other_model.batch_exists(KEYS) == 0
+    close(w, same, other_tenant)
+    for b in (fp16, e4m3, e5m2, other_model):
+        b.close()
+
+
+def test_stats_and_clear(tmp_path):
+    url = "file://" + str(tmp_path)
+    sp = spec()
+    w = instance(url, 1, 1, [LAYERS], "page_first")
+    write(w, KEYS, [0, 1, 2], sp)
+    b = w[0][0]
+    assert b.batch_get_v1(KEYS, indices([3, 4, 5])) == [True] * 3
+    m = b.get_stats()
+    assert isinstance(m, ks.StorageMetrics)
+    assert m.backup_pgs == [3] and m.prefetch_pgs == [3]
+    assert len(m.backup_bandwidth) == 1 and m.backup_bandwidth[0] > 0
+    assert len(m.prefetch_bandwidth) == 1 and m.prefetch_bandwidth[0] > 0
+    m2 = b.get_stats()
+    assert (m2.prefetch_pgs, m2.backup_pgs) == ([], [])
+    b.clear()
+    assert b.stats()["get_pages"] == 0
+    # clear leaves the store's pages: they are shared
+    assert b.batch_exists(KEYS) == 3
+    # the copying interface is not offered
+    assert b.get(KEYS[0]) is None and b.batch_get(KEYS) == [None] * 3
+    assert b.set(KEYS[0]) is False and b.batch_set(KEYS) is False
+    close(w)
