@@ -48,20 +48,27 @@ const (
 
 func (a Axis) String() string { return string(rune(a)) }
 
-// Split says which half of a split axis a mode is.
+// Split says which part of an axis a mode is.
 type Split uint8
 
 const (
 	Whole Split = iota // the whole axis
 	Outer              // X/f: the quotient, X/f blocks
 	Inner              // X%f: the f elements inside a block
+	// Middle is (X%Factor)/Unit: the Factor/Unit blocks of Unit elements
+	// inside a block of Factor. Layouts never declare it; lowering refines
+	// the modes of two layouts that split an axis by nested factors into
+	// it (T/4 T%4 against T/2 T%2 has T/4, T%4/2 and T%2 on both sides).
+	Middle
 )
 
-// Mode is one axis, or one half of a split axis, of a layout.
+// Mode is one axis, or one part of a split axis, of a layout or of a
+// pair's loop nest.
 type Mode struct {
 	Axis   Axis
 	Split  Split
 	Factor int // split factor; 0 for a whole axis
+	Unit   int // Middle only: the elements of one step of the mode
 }
 
 func (m Mode) String() string {
@@ -70,8 +77,37 @@ func (m Mode) String() string {
 		return fmt.Sprintf("%s/%d", m.Axis, m.Factor)
 	case Inner:
 		return fmt.Sprintf("%s%%%d", m.Axis, m.Factor)
+	case Middle:
+		return fmt.Sprintf("%s%%%d/%d", m.Axis, m.Factor, m.Unit)
 	}
 	return m.Axis.String()
+}
+
+// digit returns the mode of axis a whose index is (x%hi)/lo of the axis
+// index x, with hi 0 for no modulus: Whole, Outer, Inner or Middle.
+func digit(a Axis, hi, lo int) Mode {
+	switch {
+	case hi == 0 && lo == 1:
+		return Mode{Axis: a}
+	case hi == 0:
+		return Mode{Axis: a, Split: Outer, Factor: lo}
+	case lo == 1:
+		return Mode{Axis: a, Split: Inner, Factor: hi}
+	}
+	return Mode{Axis: a, Split: Middle, Factor: hi, Unit: lo}
+}
+
+// bounds returns (hi, lo) of the mode as digit takes them.
+func (m Mode) bounds() (hi, lo int) {
+	switch m.Split {
+	case Outer:
+		return 0, m.Factor
+	case Inner:
+		return m.Factor, 1
+	case Middle:
+		return m.Factor, m.Unit
+	}
+	return 0, 1
 }
 
 // Layout is a checked layout declaration.
@@ -186,9 +222,9 @@ func Compile(filename string, src []byte) (*File, error) {
 }
 
 // CompileAll parses, checks and lowers .kvl files as one unit: layout names
-// are unique across them and pairs join layouts of any of them. Errors are a
-// dsl.ErrorList for the sources, or an error naming a pair that cannot be
-// lowered.
+// are unique across them and pairs join layouts of any of them. Every pair
+// of valid layouts in which one side is a part lowers, whatever the splits
+// of its sides, so the only errors are a dsl.ErrorList for the sources.
 func CompileAll(srcs ...Source) (*File, error) {
 	var names []string
 	var errs dsl.ErrorList
@@ -214,9 +250,6 @@ func CompileAll(srcs ...Source) (*File, error) {
 			f.Layouts = append(f.Layouts, FromDSL(a))
 		}
 	}
-	if len(errs) == 0 {
-		errs = splitConflicts(f.Layouts, first)
-	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -234,46 +267,6 @@ func CompileAll(srcs ...Source) (*File, error) {
 		}
 	}
 	return f, nil
-}
-
-// splitConflicts reports, at its outer split mode, each layout that splits
-// an axis by another factor than an earlier layout it forms a pair with:
-// no kernel joins them. Each layout is reported once, citing the first
-// such earlier layout.
-func splitConflicts(ls []*Layout, ast map[string]*dsl.Layout) dsl.ErrorList {
-	var errs dsl.ErrorList
-	for j, dst := range ls {
-	next:
-		for _, src := range ls[:j] {
-			if src.Kind == Pool && dst.Kind == Pool {
-				continue
-			}
-			for _, a := range []Axis{T, D} {
-				if fs, fd := src.SplitOf(a), dst.SplitOf(a); fs > 0 && fd > 0 && fs != fd {
-					m, prev := outerMode(ast[dst.Name], a), outerMode(ast[src.Name], a)
-					at := prev.Pos.String()
-					if prev.Pos.Filename == m.Pos.Filename {
-						at = fmt.Sprintf("%d:%d", prev.Pos.Line, prev.Pos.Column)
-					}
-					errs = append(errs, &dsl.Error{Pos: m.Pos, Msg: fmt.Sprintf(
-						"%s and %s of layout %s at %s split %s by different factors; no kernel joins %s and %s",
-						m, prev, src.Name, at, a, src.Name, dst.Name)})
-					break next
-				}
-			}
-		}
-	}
-	return errs
-}
-
-// outerMode returns the X/f mode of a layout that splits axis a.
-func outerMode(l *dsl.Layout, a Axis) *dsl.Mode {
-	for _, m := range l.Order {
-		if m.Axis == a.String() && m.Op == "/" {
-			return m
-		}
-	}
-	return &dsl.Mode{Pos: l.Pos, Axis: a.String()}
 }
 
 // String prints the layouts and the lowered pairs; golden tests compare it.

@@ -75,8 +75,42 @@ type Loop struct {
 	// there each component starts a block (CBlock).
 	Stride [2]Expr
 	CBlock [2]bool
-	Fold   Fold
+	// Mixed, on a side that splits the loop's axis by a factor that does
+	// not nest with the other side's (T/4 against T/6), replaces Stride:
+	// that side's offset is not affine in the loop's index.
+	Mixed [2]*Mixed
+	Fold  Fold
 }
+
+// Mixed places, on one side, the index of a split axis that the loops
+// follow in the other side's split. With the loops' side splitting X by a
+// and this side by b, g the greatest common divisor of a and b, and the
+// X%g part common to both, the two loops X/a and X%a/g (X%a when g is 1)
+// count y = x/g; this side places y as (y/(b/g))*Hi + (y%(b/g))*Lo.
+type Mixed struct {
+	// Carry marks the loop X/a: it adds nothing to this side's offset; its
+	// index carries into the loop that does (Outer).
+	Carry bool
+	// Outer is the index, in the pair's loops, of the X/a loop whose index
+	// combines with this one's.
+	Outer int
+	Radix int  // a/g: the iterations of this loop per iteration of Outer
+	Div   int  // b/g
+	Hi    Expr // this side's stride of X/b
+	Lo    Expr // this side's stride of X%b/g (X%b when g is 1)
+}
+
+func (m *Mixed) String() string {
+	if m.Carry {
+		return "carry"
+	}
+	return fmt.Sprintf("y/%d:%s,y%%%d:%s", m.Div, m.Hi, m.Div, m.Lo)
+}
+
+// IsMixed reports whether either side places the loop's index through a
+// Mixed: such a loop never folds, and kernels walk it one iteration at a
+// time.
+func (lp *Loop) IsMixed() bool { return lp.Mixed[0] != nil || lp.Mixed[1] != nil }
 
 // Pair is the lowered plan for moving the common elements of a source
 // layout to a destination layout.
@@ -135,6 +169,9 @@ func (p *Pair) String() string {
 }
 
 func strideString(lp Loop, s Side) string {
+	if lp.Mixed[s] != nil {
+		return lp.Mixed[s].String()
+	}
 	if lp.CBlock[s] {
 		return "block"
 	}
@@ -148,18 +185,74 @@ func (p *Pair) side(s Side) *Layout {
 	return p.Src
 }
 
-// refine returns l's modes, excluding nothing, with each whole axis that the
-// other layout splits replaced by its two halves.
+// refine returns l's modes with every mode of a split axis (T or D)
+// replaced by its digits in the common refinement of l's and other's cuts of
+// that axis. When the two factors nest (one divides the other), the cuts
+// form a chain and both sides get the same digits: T/2 T%2 against T/4 T%4
+// refines to T/4, T%4/2 and T%2. When they do not (4 and 6), only the
+// digit X%g of their greatest common divisor g is common: X%a becomes
+// X%a/g and X%g, and X/a stays, for the other side to place through a
+// Mixed. A whole axis takes the other side's digits.
 func refine(l, other *Layout) []Mode {
 	var out []Mode
 	for _, m := range l.Modes {
-		if f := other.SplitOf(m.Axis); m.Split == Whole && f > 0 {
-			out = append(out, Mode{m.Axis, Outer, f}, Mode{m.Axis, Inner, f})
+		if m.Axis != T && m.Axis != D {
+			out = append(out, m)
 			continue
 		}
-		out = append(out, m)
+		fa, fb := l.SplitOf(m.Axis), other.SplitOf(m.Axis)
+		var cuts []int // ascending, each dividing the next
+		switch {
+		case fa == 0 && fb == 0:
+		case fa == 0 || fa == fb:
+			cuts = []int{max(fa, fb)}
+		case fb == 0:
+			cuts = []int{fa}
+		case fb%fa == 0:
+			cuts = []int{fa, fb}
+		case fa%fb == 0:
+			cuts = []int{fb, fa}
+		default:
+			g := gcd(fa, fb)
+			if m.Split == Inner && g > 1 {
+				out = append(out, digit(m.Axis, fa, g), digit(m.Axis, g, 1))
+				continue
+			}
+			out = append(out, m)
+			continue
+		}
+		out = append(out, digits(m, cuts)...)
 	}
 	return out
+}
+
+// digits returns the digits of the chain of cuts that mode m covers,
+// outermost first.
+func digits(m Mode, cuts []int) []Mode {
+	hi, lo := m.bounds()
+	var out []Mode
+	// The digits of the chain, outermost first: X/c_n, X%c_n/c_(n-1), ...,
+	// X%c_1.
+	prev := 0
+	for i := len(cuts); i >= 0; i-- {
+		dlo := 1
+		if i > 0 {
+			dlo = cuts[i-1]
+		}
+		dhi := prev
+		prev = dlo
+		if dlo >= lo && (hi == 0 || dhi != 0 && dhi <= hi) {
+			out = append(out, digit(m.Axis, dhi, dlo))
+		}
+	}
+	return out
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // full returns the extent of mode m on side s.
@@ -178,11 +271,18 @@ func full(m Mode, s Side) Expr {
 	if m.Axis == D {
 		base = SymDim
 	}
-	switch m.Split {
-	case Outer:
-		return Expr{Const: 1, Factors: []Factor{{Sym: base, Div: m.Factor}}}
-	case Inner:
-		return Lit(m.Factor)
+	hi, lo := m.bounds()
+	return span(base, hi, lo)
+}
+
+// span returns the extent of the digits (x%hi)/lo of an axis of extent
+// base: base/lo without a modulus, else the constant hi/lo.
+func span(base Sym, hi, lo int) Expr {
+	switch {
+	case hi > 0:
+		return Lit(hi / lo)
+	case lo > 1:
+		return Expr{Const: 1, Factors: []Factor{{Sym: base, Div: lo}}}
 	}
 	return Of(base)
 }
@@ -199,19 +299,36 @@ func common(m Mode) Expr {
 	return full(m, Src)
 }
 
-// product returns I times the extents on side s of the modes in ms. A split
-// axis whose two halves are both present contributes the whole axis.
+// product returns I times the extents on side s of the modes in ms. The
+// digits of a split axis that continue each other count as one span, so
+// that all of them contribute the whole axis (T, not T/4*4): strides that
+// are equal have equal expressions.
 func product(ms []Mode, s Side) Expr {
 	e := Of(SymItem)
+	var spans [2][][2]int // per split axis: (hi, lo) of its digits
 	for _, m := range ms {
-		if m.Split == Outer && slices.Contains(ms, Mode{m.Axis, Inner, m.Factor}) {
-			e = e.Mul(full(Mode{Axis: m.Axis}, s))
-			continue
+		switch m.Axis {
+		case T:
+			hi, lo := m.bounds()
+			spans[0] = append(spans[0], [2]int{hi, lo})
+		case D:
+			hi, lo := m.bounds()
+			spans[1] = append(spans[1], [2]int{hi, lo})
+		default:
+			e = e.Mul(full(m, s))
 		}
-		if m.Split == Inner && slices.Contains(ms, Mode{m.Axis, Outer, m.Factor}) {
-			continue
+	}
+	for i, ds := range spans {
+		base := []Sym{SymPage, SymDim}[i]
+		// Outermost digit first: the larger lo.
+		slices.SortFunc(ds, func(a, b [2]int) int { return b[1] - a[1] })
+		for j := 0; j < len(ds); {
+			hi, lo := ds[j][0], ds[j][1]
+			for j++; j < len(ds) && ds[j][0] == lo; j++ {
+				lo = ds[j][1]
+			}
+			e = e.Mul(span(base, hi, lo))
 		}
-		e = e.Mul(full(m, s))
 	}
 	return e
 }
@@ -237,12 +354,6 @@ func LowerIn(src, dst *Layout, iter Side) (*Pair, error) {
 	if src.Kind == Pool && dst.Kind == Pool {
 		return nil, fmt.Errorf("no kernel from pool %s to pool %s: one side of a transfer is a store part", src.Name, dst.Name)
 	}
-	for _, a := range []Axis{T, D} {
-		if fs, fd := src.SplitOf(a), dst.SplitOf(a); fs > 0 && fd > 0 && fs != fd {
-			return nil, fmt.Errorf("layouts %s and %s split %s by different factors (%d and %d); no kernel joins them",
-				src.Name, dst.Name, a, fs, fd)
-		}
-	}
 	p := &Pair{Src: src, Dst: dst, Iter: iter}
 	modes := [2][]Mode{refine(src, dst), refine(dst, src)}
 	for s := Src; s <= Dst; s++ {
@@ -262,16 +373,34 @@ func LowerIn(src, dst *Layout, iter Side) (*Pair, error) {
 		for s := Src; s <= Dst; s++ {
 			ms := modes[s]
 			i := slices.Index(ms, m)
-			if m.Axis == C && i == 0 {
+			switch {
+			case i < 0:
+				lp.Mixed[s] = p.mixed(m, s, ms)
+			case m.Axis == C && i == 0:
 				lp.CBlock[s] = true
-				continue
+			default:
+				lp.Stride[s] = product(ms[i+1:], s)
 			}
-			lp.Stride[s] = product(ms[i+1:], s)
 		}
 		p.Loops = append(p.Loops, lp)
 	}
 	p.fold()
 	return p, nil
+}
+
+// mixed returns how side s, whose refined modes are ms, places loop mode m
+// of the other side, a digit it does not have: the two split m's axis by
+// factors that do not nest (see refine and Mixed).
+func (p *Pair) mixed(m Mode, s Side, ms []Mode) *Mixed {
+	a, b := p.side(p.Iter).SplitOf(m.Axis), p.side(s).SplitOf(m.Axis)
+	if m.Split == Outer {
+		return &Mixed{Carry: true}
+	}
+	g := gcd(a, b)
+	outer := slices.IndexFunc(p.Loops, func(lp Loop) bool { return lp.Mode == Mode{Axis: m.Axis, Split: Outer, Factor: a} })
+	hi := slices.Index(ms, Mode{Axis: m.Axis, Split: Outer, Factor: b})
+	lo := slices.Index(ms, digit(m.Axis, b, g))
+	return &Mixed{Outer: outer, Radix: a / g, Div: b / g, Hi: product(ms[hi+1:], s), Lo: product(ms[lo+1:], s)}
 }
 
 // fold marks, from the innermost loop outwards, the loops that join the run
@@ -284,7 +413,7 @@ func (p *Pair) fold() {
 	static := true
 	for i := len(p.Loops) - 1; i >= 0; i-- {
 		lp := &p.Loops[i]
-		if lp.CBlock[Src] || lp.CBlock[Dst] {
+		if lp.CBlock[Src] || lp.CBlock[Dst] || lp.IsMixed() {
 			return
 		}
 		for s := Src; s <= Dst; s++ {

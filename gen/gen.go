@@ -27,7 +27,7 @@ import (
 const KernelPkg = "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Version is the kernel runtime version the generated code is written for.
-const Version = 2
+const Version = 3
 
 // Header returns the first line of a file generated from the .kvl file.
 func Header(kvlFile string) string {
@@ -53,7 +53,7 @@ func Generate(f *compiler.File, pkg string) ([]byte, error) {
 			continue
 		}
 		seen[p.Key()] = p.Src.Name + " -> " + p.Dst.Name
-		name := p.Src.Name + "_to_" + p.Dst.Name
+		name := FuncSuffix(p.Src.Name, p.Dst.Name)
 		regs = append(regs, jen.Qual(KernelPkg, "MustRegister").Call(jen.Op("&").Qual(KernelPkg, "Kernels").Values(jen.Dict{
 			jen.Id("Pair"): jen.Qual(KernelPkg, "Pair").Values(jen.Dict{
 				jen.Id("Src"): jen.Lit(p.Src.Identity()),
@@ -85,6 +85,14 @@ func Generate(f *compiler.File, pkg string) ([]byte, error) {
 		return nil, fmt.Errorf("gen: %s: generated code does not format: %w", f.Name, err)
 	}
 	return src, nil
+}
+
+// FuncSuffix returns what follows range_ and copy_ in the names of the
+// kernels of layouts src to dst: the length of src, src, _to_ and dst, as in
+// 4_PLHD_to_page_first. The length makes the suffix unambiguous for any two
+// layout names, which may themselves contain _to_ (x_to and y, x and to_y).
+func FuncSuffix(src, dst string) string {
+	return fmt.Sprintf("%d_%s_to_%s", len(src), src, dst)
 }
 
 // symVar is the local variable that holds a symbol's value.
@@ -276,6 +284,14 @@ func (k *kernel) setup() []jen.Code {
 	var st []jen.Code
 	for i, lp := range k.live {
 		for s := 0; s < 2; s++ {
+			if m := lp.Mixed[s]; m != nil {
+				if !m.Carry {
+					st = append(st,
+						jen.Id(fmt.Sprintf("%ss%dhi", sideName(s), i)).Op(":=").Add(k.use(m.Hi)),
+						jen.Id(fmt.Sprintf("%ss%dlo", sideName(s), i)).Op(":=").Add(k.use(m.Lo)))
+				}
+				continue
+			}
 			if lp.CBlock[s] {
 				continue
 			}
@@ -416,7 +432,10 @@ func (k *kernel) loop(i int, s, d, sr, dr *jen.Statement) []jen.Code {
 	if lp.Fold.Kind == compiler.Runtime {
 		count = jen.Id(fmt.Sprintf("n%d", i))
 	}
-	if lp.Mode.Axis == compiler.C {
+	// A loop whose index a side places through a Mixed has no stride on
+	// that side: it is walked one iteration at a time, and so is the loop
+	// around it, which would stride over it.
+	if lp.Mode.Axis == compiler.C || lp.IsMixed() || i == len(k.live)-2 && k.live[i+1].IsMixed() {
 		return k.forLoop(i, count, s, d, sr, dr)
 	}
 	if k.copy && i == len(k.live)-2 && k.live[i+1].Mode.Axis != compiler.C {
@@ -553,9 +572,20 @@ func (k *kernel) forLoop(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 	for s2, base := range []*jen.Statement{s, d} {
 		v := []string{sv, dv}[s2]
 		var e *jen.Statement
-		if idx[s2] == nil {
+		m := lp.Mixed[s2]
+		switch {
+		case m != nil && m.Carry:
+			e = base.Clone() // the inner loop of the axis places this index
+		case m != nil:
+			// y counts the blocks of the digit both sides share, across
+			// this loop and the outer one of the same axis.
+			y := fmt.Sprintf("y%d", i)
+			pre = append(pre, jen.Id(y).Op(":=").Id(fmt.Sprintf("i%d", m.Outer)).Op("*").Lit(m.Radix).Op("+").Id(iv))
+			e = base.Clone().Op("+").Parens(jen.Id(y).Op("/").Lit(m.Div)).Op("*").Id(fmt.Sprintf("%ss%dhi", sideName(s2), i)).
+				Op("+").Parens(jen.Id(y).Op("%").Lit(m.Div)).Op("*").Id(fmt.Sprintf("%ss%dlo", sideName(s2), i))
+		case idx[s2] == nil:
 			e = base.Clone().Op("+").Id(sideName(s2) + "b")
-		} else {
+		default:
 			e = base.Clone().Op("+").Add(idx[s2]).Op("*").Id(fmt.Sprintf("%ss%d", sideName(s2), i))
 		}
 		offs = append(offs, jen.Id(v).Op(":=").Add(e))

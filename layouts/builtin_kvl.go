@@ -6,344 +6,344 @@ import "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Fail to compile against a kernel runtime that does not support this generated code.
 const (
-	_ = kernel.EnforceVersion(kernel.GenVersion - 2)
-	_ = kernel.EnforceVersion(2 - kernel.MinGenVersion)
+	_ = kernel.EnforceVersion(kernel.GenVersion - 3)
+	_ = kernel.EnforceVersion(3 - kernel.MinGenVersion)
 )
 
 func init() {
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_PLHD_to_PLHD,
+		Copy:   copy_4_PLHD_to_PLHD,
 		Digest: "c3c6960c55345371",
 		Origin: "builtin.kvl: PLHD -> PLHD",
 		Pair: kernel.Pair{
 			Dst: "part(C T L H D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_PLHD_to_PLHD,
+		Range: range_4_PLHD_to_PLHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_PLHD_to_LPHD,
+		Copy:   copy_4_PLHD_to_LPHD,
 		Digest: "5b3b3af99286104b",
 		Origin: "builtin.kvl: PLHD -> LPHD",
 		Pair: kernel.Pair{
 			Dst: "part(C L T H D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_PLHD_to_LPHD,
+		Range: range_4_PLHD_to_LPHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_PLHD_to_HPLD,
+		Copy:   copy_4_PLHD_to_HPLD,
 		Digest: "7380ff5c80eaef0d",
 		Origin: "builtin.kvl: PLHD -> HPLD",
 		Pair: kernel.Pair{
 			Dst: "part(C H T L D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_PLHD_to_HPLD,
+		Range: range_4_PLHD_to_HPLD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_PLHD_to_page_first,
+		Copy:   copy_4_PLHD_to_page_first,
 		Digest: "2ff3659313fb1e42",
 		Origin: "builtin.kvl: PLHD -> page_first",
 		Pair: kernel.Pair{
 			Dst: "pool(C S T L H D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_PLHD_to_page_first,
+		Range: range_4_PLHD_to_page_first,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_PLHD_to_page_first_direct,
+		Copy:   copy_4_PLHD_to_page_first_direct,
 		Digest: "8217fd77ab3d3561",
 		Origin: "builtin.kvl: PLHD -> page_first_direct",
 		Pair: kernel.Pair{
 			Dst: "pool(C S L T H D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_PLHD_to_page_first_direct,
+		Range: range_4_PLHD_to_page_first_direct,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_PLHD_to_layer_first,
+		Copy:   copy_4_PLHD_to_layer_first,
 		Digest: "bfbfea1bfecfdf65",
 		Origin: "builtin.kvl: PLHD -> layer_first",
 		Pair: kernel.Pair{
 			Dst: "pool(C L S T H D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_PLHD_to_layer_first,
+		Range: range_4_PLHD_to_layer_first,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_PLHD_to_page_head,
+		Copy:   copy_4_PLHD_to_page_head,
 		Digest: "442cf42495a7ecc4",
 		Origin: "builtin.kvl: PLHD -> page_head",
 		Pair: kernel.Pair{
 			Dst: "pool(C S H T L D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_PLHD_to_page_head,
+		Range: range_4_PLHD_to_page_head,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_LPHD_to_PLHD,
+		Copy:   copy_4_LPHD_to_PLHD,
 		Digest: "674d54ed2d114158",
 		Origin: "builtin.kvl: LPHD -> PLHD",
 		Pair: kernel.Pair{
 			Dst: "part(C T L H D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_LPHD_to_PLHD,
+		Range: range_4_LPHD_to_PLHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_LPHD_to_LPHD,
+		Copy:   copy_4_LPHD_to_LPHD,
 		Digest: "5a2e39410f86f352",
 		Origin: "builtin.kvl: LPHD -> LPHD",
 		Pair: kernel.Pair{
 			Dst: "part(C L T H D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_LPHD_to_LPHD,
+		Range: range_4_LPHD_to_LPHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_LPHD_to_HPLD,
+		Copy:   copy_4_LPHD_to_HPLD,
 		Digest: "f6bef35e069e7039",
 		Origin: "builtin.kvl: LPHD -> HPLD",
 		Pair: kernel.Pair{
 			Dst: "part(C H T L D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_LPHD_to_HPLD,
+		Range: range_4_LPHD_to_HPLD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_LPHD_to_page_first,
+		Copy:   copy_4_LPHD_to_page_first,
 		Digest: "178c321564523521",
 		Origin: "builtin.kvl: LPHD -> page_first",
 		Pair: kernel.Pair{
 			Dst: "pool(C S T L H D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_LPHD_to_page_first,
+		Range: range_4_LPHD_to_page_first,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_LPHD_to_page_first_direct,
+		Copy:   copy_4_LPHD_to_page_first_direct,
 		Digest: "1ab628d5d5d45e86",
 		Origin: "builtin.kvl: LPHD -> page_first_direct",
 		Pair: kernel.Pair{
 			Dst: "pool(C S L T H D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_LPHD_to_page_first_direct,
+		Range: range_4_LPHD_to_page_first_direct,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_LPHD_to_layer_first,
+		Copy:   copy_4_LPHD_to_layer_first,
 		Digest: "2c35380545069874",
 		Origin: "builtin.kvl: LPHD -> layer_first",
 		Pair: kernel.Pair{
 			Dst: "pool(C L S T H D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_LPHD_to_layer_first,
+		Range: range_4_LPHD_to_layer_first,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_LPHD_to_page_head,
+		Copy:   copy_4_LPHD_to_page_head,
 		Digest: "9aadaeca43cb4f65",
 		Origin: "builtin.kvl: LPHD -> page_head",
 		Pair: kernel.Pair{
 			Dst: "pool(C S H T L D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_LPHD_to_page_head,
+		Range: range_4_LPHD_to_page_head,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_HPLD_to_PLHD,
+		Copy:   copy_4_HPLD_to_PLHD,
 		Digest: "1cac86ada1f06e80",
 		Origin: "builtin.kvl: HPLD -> PLHD",
 		Pair: kernel.Pair{
 			Dst: "part(C T L H D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_HPLD_to_PLHD,
+		Range: range_4_HPLD_to_PLHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_HPLD_to_LPHD,
+		Copy:   copy_4_HPLD_to_LPHD,
 		Digest: "e93a157279ca3fde",
 		Origin: "builtin.kvl: HPLD -> LPHD",
 		Pair: kernel.Pair{
 			Dst: "part(C L T H D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_HPLD_to_LPHD,
+		Range: range_4_HPLD_to_LPHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_HPLD_to_HPLD,
+		Copy:   copy_4_HPLD_to_HPLD,
 		Digest: "80990275204bd67a",
 		Origin: "builtin.kvl: HPLD -> HPLD",
 		Pair: kernel.Pair{
 			Dst: "part(C H T L D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_HPLD_to_HPLD,
+		Range: range_4_HPLD_to_HPLD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_HPLD_to_page_first,
+		Copy:   copy_4_HPLD_to_page_first,
 		Digest: "835dcc12cabfb176",
 		Origin: "builtin.kvl: HPLD -> page_first",
 		Pair: kernel.Pair{
 			Dst: "pool(C S T L H D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_HPLD_to_page_first,
+		Range: range_4_HPLD_to_page_first,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_HPLD_to_page_first_direct,
+		Copy:   copy_4_HPLD_to_page_first_direct,
 		Digest: "541228ecf609f2de",
 		Origin: "builtin.kvl: HPLD -> page_first_direct",
 		Pair: kernel.Pair{
 			Dst: "pool(C S L T H D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_HPLD_to_page_first_direct,
+		Range: range_4_HPLD_to_page_first_direct,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_HPLD_to_layer_first,
+		Copy:   copy_4_HPLD_to_layer_first,
 		Digest: "33c8c3b776e548f0",
 		Origin: "builtin.kvl: HPLD -> layer_first",
 		Pair: kernel.Pair{
 			Dst: "pool(C L S T H D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_HPLD_to_layer_first,
+		Range: range_4_HPLD_to_layer_first,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_HPLD_to_page_head,
+		Copy:   copy_4_HPLD_to_page_head,
 		Digest: "c2fde4ac64c61af4",
 		Origin: "builtin.kvl: HPLD -> page_head",
 		Pair: kernel.Pair{
 			Dst: "pool(C S H T L D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_HPLD_to_page_head,
+		Range: range_4_HPLD_to_page_head,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_page_first_to_PLHD,
+		Copy:   copy_10_page_first_to_PLHD,
 		Digest: "9f59bb058ee70090",
 		Origin: "builtin.kvl: page_first -> PLHD",
 		Pair: kernel.Pair{
 			Dst: "part(C T L H D)",
 			Src: "pool(C S T L H D)",
 		},
-		Range: range_page_first_to_PLHD,
+		Range: range_10_page_first_to_PLHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_page_first_to_LPHD,
+		Copy:   copy_10_page_first_to_LPHD,
 		Digest: "8978e75e61629439",
 		Origin: "builtin.kvl: page_first -> LPHD",
 		Pair: kernel.Pair{
 			Dst: "part(C L T H D)",
 			Src: "pool(C S T L H D)",
 		},
-		Range: range_page_first_to_LPHD,
+		Range: range_10_page_first_to_LPHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_page_first_to_HPLD,
+		Copy:   copy_10_page_first_to_HPLD,
 		Digest: "abacb64fa7e6aa56",
 		Origin: "builtin.kvl: page_first -> HPLD",
 		Pair: kernel.Pair{
 			Dst: "part(C H T L D)",
 			Src: "pool(C S T L H D)",
 		},
-		Range: range_page_first_to_HPLD,
+		Range: range_10_page_first_to_HPLD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_page_first_direct_to_PLHD,
+		Copy:   copy_17_page_first_direct_to_PLHD,
 		Digest: "850bb4fbd29c878c",
 		Origin: "builtin.kvl: page_first_direct -> PLHD",
 		Pair: kernel.Pair{
 			Dst: "part(C T L H D)",
 			Src: "pool(C S L T H D)",
 		},
-		Range: range_page_first_direct_to_PLHD,
+		Range: range_17_page_first_direct_to_PLHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_page_first_direct_to_LPHD,
+		Copy:   copy_17_page_first_direct_to_LPHD,
 		Digest: "57fb8ee07e8d10d1",
 		Origin: "builtin.kvl: page_first_direct -> LPHD",
 		Pair: kernel.Pair{
 			Dst: "part(C L T H D)",
 			Src: "pool(C S L T H D)",
 		},
-		Range: range_page_first_direct_to_LPHD,
+		Range: range_17_page_first_direct_to_LPHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_page_first_direct_to_HPLD,
+		Copy:   copy_17_page_first_direct_to_HPLD,
 		Digest: "d3311cc6dabdc4ee",
 		Origin: "builtin.kvl: page_first_direct -> HPLD",
 		Pair: kernel.Pair{
 			Dst: "part(C H T L D)",
 			Src: "pool(C S L T H D)",
 		},
-		Range: range_page_first_direct_to_HPLD,
+		Range: range_17_page_first_direct_to_HPLD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_layer_first_to_PLHD,
+		Copy:   copy_11_layer_first_to_PLHD,
 		Digest: "047fc9643a76c6d2",
 		Origin: "builtin.kvl: layer_first -> PLHD",
 		Pair: kernel.Pair{
 			Dst: "part(C T L H D)",
 			Src: "pool(C L S T H D)",
 		},
-		Range: range_layer_first_to_PLHD,
+		Range: range_11_layer_first_to_PLHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_layer_first_to_LPHD,
+		Copy:   copy_11_layer_first_to_LPHD,
 		Digest: "62c52ef47888f5f3",
 		Origin: "builtin.kvl: layer_first -> LPHD",
 		Pair: kernel.Pair{
 			Dst: "part(C L T H D)",
 			Src: "pool(C L S T H D)",
 		},
-		Range: range_layer_first_to_LPHD,
+		Range: range_11_layer_first_to_LPHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_layer_first_to_HPLD,
+		Copy:   copy_11_layer_first_to_HPLD,
 		Digest: "bad267d03f6cbb4a",
 		Origin: "builtin.kvl: layer_first -> HPLD",
 		Pair: kernel.Pair{
 			Dst: "part(C H T L D)",
 			Src: "pool(C L S T H D)",
 		},
-		Range: range_layer_first_to_HPLD,
+		Range: range_11_layer_first_to_HPLD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_page_head_to_PLHD,
+		Copy:   copy_9_page_head_to_PLHD,
 		Digest: "d67d9eca3d88dcfc",
 		Origin: "builtin.kvl: page_head -> PLHD",
 		Pair: kernel.Pair{
 			Dst: "part(C T L H D)",
 			Src: "pool(C S H T L D)",
 		},
-		Range: range_page_head_to_PLHD,
+		Range: range_9_page_head_to_PLHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_page_head_to_LPHD,
+		Copy:   copy_9_page_head_to_LPHD,
 		Digest: "aea0d58e7674731f",
 		Origin: "builtin.kvl: page_head -> LPHD",
 		Pair: kernel.Pair{
 			Dst: "part(C L T H D)",
 			Src: "pool(C S H T L D)",
 		},
-		Range: range_page_head_to_LPHD,
+		Range: range_9_page_head_to_LPHD,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_page_head_to_HPLD,
+		Copy:   copy_9_page_head_to_HPLD,
 		Digest: "2f13a2615bbe3e15",
 		Origin: "builtin.kvl: page_head -> HPLD",
 		Pair: kernel.Pair{
 			Dst: "part(C H T L D)",
 			Src: "pool(C S H T L D)",
 		},
-		Range: range_page_head_to_HPLD,
+		Range: range_9_page_head_to_HPLD,
 	})
 }
 
-// range_PLHD_to_PLHD moves part PLHD to part PLHD.
+// range_4_PLHD_to_PLHD moves part PLHD to part PLHD.
 //
 //	pair PLHD -> PLHD: part(C T L H D) -> part(C T L H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -354,7 +354,7 @@ func init() {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -503,7 +503,7 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
-// copy_PLHD_to_PLHD moves part PLHD to part PLHD.
+// copy_4_PLHD_to_PLHD moves part PLHD to part PLHD.
 //
 //	pair PLHD -> PLHD: part(C T L H D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -514,7 +514,7 @@ func range_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -664,7 +664,7 @@ func copy_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_PLHD_to_LPHD moves part PLHD to part LPHD.
+// range_4_PLHD_to_LPHD moves part PLHD to part LPHD.
 //
 //	pair PLHD -> LPHD: part(C T L H D) -> part(C L T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -675,7 +675,7 @@ func copy_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -812,7 +812,7 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
-// copy_PLHD_to_LPHD moves part PLHD to part LPHD.
+// copy_4_PLHD_to_LPHD moves part PLHD to part LPHD.
 //
 //	pair PLHD -> LPHD: part(C T L H D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -823,7 +823,7 @@ func range_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -946,7 +946,7 @@ func copy_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_PLHD_to_HPLD moves part PLHD to part HPLD.
+// range_4_PLHD_to_HPLD moves part PLHD to part HPLD.
 //
 //	pair PLHD -> HPLD: part(C T L H D) -> part(C H T L D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -957,7 +957,7 @@ func copy_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*T*D*Ld     loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1083,7 +1083,7 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
-// copy_PLHD_to_HPLD moves part PLHD to part HPLD.
+// copy_4_PLHD_to_HPLD moves part PLHD to part HPLD.
 //
 //	pair PLHD -> HPLD: part(C T L H D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -1094,7 +1094,7 @@ func range_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  L    x nL    src I*D*Hs       dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1238,7 +1238,7 @@ func copy_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_PLHD_to_page_first moves part PLHD to pool page_first.
+// range_4_PLHD_to_page_first moves part PLHD to pool page_first.
 //
 //	pair PLHD -> page_first: part(C T L H D) -> pool(C S T L H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -1250,7 +1250,7 @@ func copy_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1400,7 +1400,7 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	return out[:nr]
 }
 
-// copy_PLHD_to_page_first moves part PLHD to pool page_first.
+// copy_4_PLHD_to_page_first moves part PLHD to pool page_first.
 //
 //	pair PLHD -> page_first: part(C T L H D) -> pool(C S T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -1412,7 +1412,7 @@ func range_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1563,7 +1563,7 @@ func copy_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_PLHD_to_page_first_direct moves part PLHD to pool page_first_direct.
+// range_4_PLHD_to_page_first_direct moves part PLHD to pool page_first_direct.
 //
 //	pair PLHD -> page_first_direct: part(C T L H D) -> pool(C S L T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -1575,7 +1575,7 @@ func copy_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1713,7 +1713,7 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 	return out[:nr]
 }
 
-// copy_PLHD_to_page_first_direct moves part PLHD to pool page_first_direct.
+// copy_4_PLHD_to_page_first_direct moves part PLHD to pool page_first_direct.
 //
 //	pair PLHD -> page_first_direct: part(C T L H D) -> pool(C S L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -1725,7 +1725,7 @@ func range_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1849,7 +1849,7 @@ func copy_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_PLHD_to_layer_first moves part PLHD to pool layer_first.
+// range_4_PLHD_to_layer_first moves part PLHD to pool layer_first.
 //
 //	pair PLHD -> layer_first: part(C T L H D) -> pool(C L S T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -1861,7 +1861,7 @@ func copy_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1999,7 +1999,7 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
-// copy_PLHD_to_layer_first moves part PLHD to pool layer_first.
+// copy_4_PLHD_to_layer_first moves part PLHD to pool layer_first.
 //
 //	pair PLHD -> layer_first: part(C T L H D) -> pool(C L S T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -2011,7 +2011,7 @@ func range_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2135,7 +2135,7 @@ func copy_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_PLHD_to_page_head moves part PLHD to pool page_head.
+// range_4_PLHD_to_page_head moves part PLHD to pool page_head.
 //
 //	pair PLHD -> page_head: part(C T L H D) -> pool(C S H T L D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -2147,7 +2147,7 @@ func copy_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*T*D*Ld     loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2274,7 +2274,7 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	return out[:nr]
 }
 
-// copy_PLHD_to_page_head moves part PLHD to pool page_head.
+// copy_4_PLHD_to_page_head moves part PLHD to pool page_head.
 //
 //	pair PLHD -> page_head: part(C T L H D) -> pool(C S H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -2286,7 +2286,7 @@ func range_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 //	  L    x nL    src I*D*Hs       dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2431,7 +2431,7 @@ func copy_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_LPHD_to_PLHD moves part LPHD to part PLHD.
+// range_4_LPHD_to_PLHD moves part LPHD to part PLHD.
 //
 //	pair LPHD -> PLHD: part(C L T H D) -> part(C T L H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -2442,7 +2442,7 @@ func copy_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2562,7 +2562,7 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
-// copy_LPHD_to_PLHD moves part LPHD to part PLHD.
+// copy_4_LPHD_to_PLHD moves part LPHD to part PLHD.
 //
 //	pair LPHD -> PLHD: part(C L T H D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -2573,7 +2573,7 @@ func range_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2711,7 +2711,7 @@ func copy_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_LPHD_to_LPHD moves part LPHD to part LPHD.
+// range_4_LPHD_to_LPHD moves part LPHD to part LPHD.
 //
 //	pair LPHD -> LPHD: part(C L T H D) -> part(C L T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -2722,7 +2722,7 @@ func copy_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2853,7 +2853,7 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
-// copy_LPHD_to_LPHD moves part LPHD to part LPHD.
+// copy_4_LPHD_to_LPHD moves part LPHD to part LPHD.
 //
 //	pair LPHD -> LPHD: part(C L T H D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -2864,7 +2864,7 @@ func range_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2998,7 +2998,7 @@ func copy_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_LPHD_to_HPLD moves part LPHD to part HPLD.
+// range_4_LPHD_to_HPLD moves part LPHD to part HPLD.
 //
 //	pair LPHD -> HPLD: part(C L T H D) -> part(C H T L D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -3009,7 +3009,7 @@ func copy_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*T*D*Ld     loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3134,7 +3134,7 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
-// copy_LPHD_to_HPLD moves part LPHD to part HPLD.
+// copy_4_LPHD_to_HPLD moves part LPHD to part HPLD.
 //
 //	pair LPHD -> HPLD: part(C L T H D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -3145,7 +3145,7 @@ func range_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  L    x nL    src I*T*D*Hs     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3289,7 +3289,7 @@ func copy_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_LPHD_to_page_first moves part LPHD to pool page_first.
+// range_4_LPHD_to_page_first moves part LPHD to pool page_first.
 //
 //	pair LPHD -> page_first: part(C L T H D) -> pool(C S T L H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -3301,7 +3301,7 @@ func copy_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3422,7 +3422,7 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	return out[:nr]
 }
 
-// copy_LPHD_to_page_first moves part LPHD to pool page_first.
+// copy_4_LPHD_to_page_first moves part LPHD to pool page_first.
 //
 //	pair LPHD -> page_first: part(C L T H D) -> pool(C S T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -3434,7 +3434,7 @@ func range_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3573,7 +3573,7 @@ func copy_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_LPHD_to_page_first_direct moves part LPHD to pool page_first_direct.
+// range_4_LPHD_to_page_first_direct moves part LPHD to pool page_first_direct.
 //
 //	pair LPHD -> page_first_direct: part(C L T H D) -> pool(C S L T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -3585,7 +3585,7 @@ func copy_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3717,7 +3717,7 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 	return out[:nr]
 }
 
-// copy_LPHD_to_page_first_direct moves part LPHD to pool page_first_direct.
+// copy_4_LPHD_to_page_first_direct moves part LPHD to pool page_first_direct.
 //
 //	pair LPHD -> page_first_direct: part(C L T H D) -> pool(C S L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -3729,7 +3729,7 @@ func range_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3864,7 +3864,7 @@ func copy_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_LPHD_to_layer_first moves part LPHD to pool layer_first.
+// range_4_LPHD_to_layer_first moves part LPHD to pool layer_first.
 //
 //	pair LPHD -> layer_first: part(C L T H D) -> pool(C L S T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -3876,7 +3876,7 @@ func copy_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4003,7 +4003,7 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
-// copy_LPHD_to_layer_first moves part LPHD to pool layer_first.
+// copy_4_LPHD_to_layer_first moves part LPHD to pool layer_first.
 //
 //	pair LPHD -> layer_first: part(C L T H D) -> pool(C L S T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -4015,7 +4015,7 @@ func range_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -4145,7 +4145,7 @@ func copy_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_LPHD_to_page_head moves part LPHD to pool page_head.
+// range_4_LPHD_to_page_head moves part LPHD to pool page_head.
 //
 //	pair LPHD -> page_head: part(C L T H D) -> pool(C S H T L D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -4157,7 +4157,7 @@ func copy_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*T*D*Ld     loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4283,7 +4283,7 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	return out[:nr]
 }
 
-// copy_LPHD_to_page_head moves part LPHD to pool page_head.
+// copy_4_LPHD_to_page_head moves part LPHD to pool page_head.
 //
 //	pair LPHD -> page_head: part(C L T H D) -> pool(C S H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -4295,7 +4295,7 @@ func range_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 //	  L    x nL    src I*T*D*Hs     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -4440,7 +4440,7 @@ func copy_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_HPLD_to_PLHD moves part HPLD to part PLHD.
+// range_4_HPLD_to_PLHD moves part HPLD to part PLHD.
 //
 //	pair HPLD -> PLHD: part(C H T L D) -> part(C T L H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -4451,7 +4451,7 @@ func copy_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*D          dst I*D*Hd       loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4594,7 +4594,7 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
-// copy_HPLD_to_PLHD moves part HPLD to part PLHD.
+// copy_4_HPLD_to_PLHD moves part HPLD to part PLHD.
 //
 //	pair HPLD -> PLHD: part(C H T L D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -4605,7 +4605,7 @@ func range_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -4734,7 +4734,7 @@ func copy_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_HPLD_to_LPHD moves part HPLD to part LPHD.
+// range_4_HPLD_to_LPHD moves part HPLD to part LPHD.
 //
 //	pair HPLD -> LPHD: part(C H T L D) -> part(C L T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -4745,7 +4745,7 @@ func copy_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*D          dst I*T*D*Hd     loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4888,7 +4888,7 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
-// copy_HPLD_to_LPHD moves part HPLD to part LPHD.
+// copy_4_HPLD_to_LPHD moves part HPLD to part LPHD.
 //
 //	pair HPLD -> LPHD: part(C H T L D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -4899,7 +4899,7 @@ func range_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -5027,7 +5027,7 @@ func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_HPLD_to_HPLD moves part HPLD to part HPLD.
+// range_4_HPLD_to_HPLD moves part HPLD to part HPLD.
 //
 //	pair HPLD -> HPLD: part(C H T L D) -> part(C H T L D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -5038,7 +5038,7 @@ func copy_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*D          dst I*D          fold if layers consecutive
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -5197,7 +5197,7 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
-// copy_HPLD_to_HPLD moves part HPLD to part HPLD.
+// copy_4_HPLD_to_HPLD moves part HPLD to part HPLD.
 //
 //	pair HPLD -> HPLD: part(C H T L D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -5208,7 +5208,7 @@ func range_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  L    x nL    src I*D          dst I*D          fold if layers consecutive
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -5368,7 +5368,7 @@ func copy_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_HPLD_to_page_first moves part HPLD to pool page_first.
+// range_4_HPLD_to_page_first moves part HPLD to pool page_first.
 //
 //	pair HPLD -> page_first: part(C H T L D) -> pool(C S T L H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -5380,7 +5380,7 @@ func copy_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*D          dst I*D*Hd       loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -5524,7 +5524,7 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	return out[:nr]
 }
 
-// copy_HPLD_to_page_first moves part HPLD to pool page_first.
+// copy_4_HPLD_to_page_first moves part HPLD to pool page_first.
 //
 //	pair HPLD -> page_first: part(C H T L D) -> pool(C S T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -5536,7 +5536,7 @@ func range_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 //	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -5666,7 +5666,7 @@ func copy_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_HPLD_to_page_first_direct moves part HPLD to pool page_first_direct.
+// range_4_HPLD_to_page_first_direct moves part HPLD to pool page_first_direct.
 //
 //	pair HPLD -> page_first_direct: part(C H T L D) -> pool(C S L T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -5678,7 +5678,7 @@ func copy_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*D          dst I*T*D*Hd     loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -5822,7 +5822,7 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 	return out[:nr]
 }
 
-// copy_HPLD_to_page_first_direct moves part HPLD to pool page_first_direct.
+// copy_4_HPLD_to_page_first_direct moves part HPLD to pool page_first_direct.
 //
 //	pair HPLD -> page_first_direct: part(C H T L D) -> pool(C S L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -5834,7 +5834,7 @@ func range_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []ker
 //	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -5963,7 +5963,7 @@ func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_HPLD_to_layer_first moves part HPLD to pool layer_first.
+// range_4_HPLD_to_layer_first moves part HPLD to pool layer_first.
 //
 //	pair HPLD -> layer_first: part(C H T L D) -> pool(C L S T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -5975,7 +5975,7 @@ func copy_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*D          dst I*T*D*Hd*Sd  loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -6119,7 +6119,7 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
-// copy_HPLD_to_layer_first moves part HPLD to pool layer_first.
+// copy_4_HPLD_to_layer_first moves part HPLD to pool layer_first.
 //
 //	pair HPLD -> layer_first: part(C H T L D) -> pool(C L S T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -6131,7 +6131,7 @@ func range_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -6260,7 +6260,7 @@ func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_HPLD_to_page_head moves part HPLD to pool page_head.
+// range_4_HPLD_to_page_head moves part HPLD to pool page_head.
 //
 //	pair HPLD -> page_head: part(C H T L D) -> pool(C S H T L D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -6272,7 +6272,7 @@ func copy_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*D          dst I*D          fold if layers consecutive
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_4_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -6432,7 +6432,7 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	return out[:nr]
 }
 
-// copy_HPLD_to_page_head moves part HPLD to pool page_head.
+// copy_4_HPLD_to_page_head moves part HPLD to pool page_head.
 //
 //	pair HPLD -> page_head: part(C H T L D) -> pool(C S H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -6444,7 +6444,7 @@ func range_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 //	  L    x nL    src I*D          dst I*D          fold if layers consecutive
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
+func copy_4_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -6605,7 +6605,7 @@ func copy_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_page_first_to_PLHD moves pool page_first to part PLHD.
+// range_10_page_first_to_PLHD moves pool page_first to part PLHD.
 //
 //	pair page_first -> PLHD: pool(C S T L H D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -6617,7 +6617,7 @@ func copy_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_10_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -6767,7 +6767,7 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	return out[:nr]
 }
 
-// copy_page_first_to_PLHD moves pool page_first to part PLHD.
+// copy_10_page_first_to_PLHD moves pool page_first to part PLHD.
 //
 //	pair page_first -> PLHD: pool(C S T L H D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -6779,7 +6779,7 @@ func range_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_10_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -6930,7 +6930,7 @@ func copy_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_page_first_to_LPHD moves pool page_first to part LPHD.
+// range_10_page_first_to_LPHD moves pool page_first to part LPHD.
 //
 //	pair page_first -> LPHD: pool(C S T L H D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -6942,7 +6942,7 @@ func copy_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_10_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -7063,7 +7063,7 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	return out[:nr]
 }
 
-// copy_page_first_to_LPHD moves pool page_first to part LPHD.
+// copy_10_page_first_to_LPHD moves pool page_first to part LPHD.
 //
 //	pair page_first -> LPHD: pool(C S T L H D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -7075,7 +7075,7 @@ func range_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_10_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -7199,7 +7199,7 @@ func copy_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_page_first_to_HPLD moves pool page_first to part HPLD.
+// range_10_page_first_to_HPLD moves pool page_first to part HPLD.
 //
 //	pair page_first -> HPLD: pool(C S T L H D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -7211,7 +7211,7 @@ func copy_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*D*Hs       dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_10_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -7355,7 +7355,7 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 	return out[:nr]
 }
 
-// copy_page_first_to_HPLD moves pool page_first to part HPLD.
+// copy_10_page_first_to_HPLD moves pool page_first to part HPLD.
 //
 //	pair page_first -> HPLD: pool(C S T L H D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -7367,7 +7367,7 @@ func range_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run
 //	  L    x nL    src I*D*Hs       dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+func copy_10_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -7512,7 +7512,7 @@ func copy_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_page_first_direct_to_PLHD moves pool page_first_direct to part PLHD.
+// range_17_page_first_direct_to_PLHD moves pool page_first_direct to part PLHD.
 //
 //	pair page_first_direct -> PLHD: pool(C S L T H D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -7524,7 +7524,7 @@ func copy_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_17_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -7662,7 +7662,7 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 	return out[:nr]
 }
 
-// copy_page_first_direct_to_PLHD moves pool page_first_direct to part PLHD.
+// copy_17_page_first_direct_to_PLHD moves pool page_first_direct to part PLHD.
 //
 //	pair page_first_direct -> PLHD: pool(C S L T H D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -7674,7 +7674,7 @@ func range_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []ker
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_17_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -7813,7 +7813,7 @@ func copy_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_page_first_direct_to_LPHD moves pool page_first_direct to part LPHD.
+// range_17_page_first_direct_to_LPHD moves pool page_first_direct to part LPHD.
 //
 //	pair page_first_direct -> LPHD: pool(C S L T H D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -7825,7 +7825,7 @@ func copy_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_17_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -7957,7 +7957,7 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 	return out[:nr]
 }
 
-// copy_page_first_direct_to_LPHD moves pool page_first_direct to part LPHD.
+// copy_17_page_first_direct_to_LPHD moves pool page_first_direct to part LPHD.
 //
 //	pair page_first_direct -> LPHD: pool(C S L T H D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -7969,7 +7969,7 @@ func range_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []ker
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_17_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -8104,7 +8104,7 @@ func copy_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_page_first_direct_to_HPLD moves pool page_first_direct to part HPLD.
+// range_17_page_first_direct_to_HPLD moves pool page_first_direct to part HPLD.
 //
 //	pair page_first_direct -> HPLD: pool(C S L T H D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -8116,7 +8116,7 @@ func copy_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*T*D*Hs     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_17_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -8260,7 +8260,7 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 	return out[:nr]
 }
 
-// copy_page_first_direct_to_HPLD moves pool page_first_direct to part HPLD.
+// copy_17_page_first_direct_to_HPLD moves pool page_first_direct to part HPLD.
 //
 //	pair page_first_direct -> HPLD: pool(C S L T H D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -8272,7 +8272,7 @@ func range_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []ker
 //	  L    x nL    src I*T*D*Hs     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+func copy_17_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -8417,7 +8417,7 @@ func copy_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_layer_first_to_PLHD moves pool layer_first to part PLHD.
+// range_11_layer_first_to_PLHD moves pool layer_first to part PLHD.
 //
 //	pair layer_first -> PLHD: pool(C L S T H D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -8429,7 +8429,7 @@ func copy_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_11_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -8567,7 +8567,7 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
-// copy_layer_first_to_PLHD moves pool layer_first to part PLHD.
+// copy_11_layer_first_to_PLHD moves pool layer_first to part PLHD.
 //
 //	pair layer_first -> PLHD: pool(C L S T H D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -8579,7 +8579,7 @@ func range_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_11_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -8718,7 +8718,7 @@ func copy_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_layer_first_to_LPHD moves pool layer_first to part LPHD.
+// range_11_layer_first_to_LPHD moves pool layer_first to part LPHD.
 //
 //	pair layer_first -> LPHD: pool(C L S T H D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -8730,7 +8730,7 @@ func copy_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_11_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -8857,7 +8857,7 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
-// copy_layer_first_to_LPHD moves pool layer_first to part LPHD.
+// copy_11_layer_first_to_LPHD moves pool layer_first to part LPHD.
 //
 //	pair layer_first -> LPHD: pool(C L S T H D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -8869,7 +8869,7 @@ func range_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_11_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -8999,7 +8999,7 @@ func copy_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_layer_first_to_HPLD moves pool layer_first to part HPLD.
+// range_11_layer_first_to_HPLD moves pool layer_first to part HPLD.
 //
 //	pair layer_first -> HPLD: pool(C L S T H D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -9011,7 +9011,7 @@ func copy_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*T*D*Hs*Ss  dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_11_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -9155,7 +9155,7 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
-// copy_layer_first_to_HPLD moves pool layer_first to part HPLD.
+// copy_11_layer_first_to_HPLD moves pool layer_first to part HPLD.
 //
 //	pair layer_first -> HPLD: pool(C L S T H D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -9167,7 +9167,7 @@ func range_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  L    x nL    src I*T*D*Hs*Ss  dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+func copy_11_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -9312,7 +9312,7 @@ func copy_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_page_head_to_PLHD moves pool page_head to part PLHD.
+// range_9_page_head_to_PLHD moves pool page_head to part PLHD.
 //
 //	pair page_head -> PLHD: pool(C S H T L D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -9324,7 +9324,7 @@ func copy_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_9_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -9451,7 +9451,7 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	return out[:nr]
 }
 
-// copy_page_head_to_PLHD moves pool page_head to part PLHD.
+// copy_9_page_head_to_PLHD moves pool page_head to part PLHD.
 //
 //	pair page_head -> PLHD: pool(C S H T L D) -> part(C T L H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -9463,7 +9463,7 @@ func range_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 //	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_9_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -9593,7 +9593,7 @@ func copy_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_page_head_to_LPHD moves pool page_head to part LPHD.
+// range_9_page_head_to_LPHD moves pool page_head to part LPHD.
 //
 //	pair page_head -> LPHD: pool(C S H T L D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -9605,7 +9605,7 @@ func copy_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_9_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -9731,7 +9731,7 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	return out[:nr]
 }
 
-// copy_page_head_to_LPHD moves pool page_head to part LPHD.
+// copy_9_page_head_to_LPHD moves pool page_head to part LPHD.
 //
 //	pair page_head -> LPHD: pool(C S H T L D) -> part(C L T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -9743,7 +9743,7 @@ func range_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 //	  H    x nH    src I*T*D*Ls     dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+func copy_9_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -9872,7 +9872,7 @@ func copy_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_page_head_to_HPLD moves pool page_head to part HPLD.
+// range_9_page_head_to_HPLD moves pool page_head to part HPLD.
 //
 //	pair page_head -> HPLD: pool(C S H T L D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -9884,7 +9884,7 @@ func copy_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  L    x nL    src I*D          dst I*D          fold if layers consecutive
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_9_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -10044,7 +10044,7 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 	return out[:nr]
 }
 
-// copy_page_head_to_HPLD moves pool page_head to part HPLD.
+// copy_9_page_head_to_HPLD moves pool page_head to part HPLD.
 //
 //	pair page_head -> HPLD: pool(C S H T L D) -> part(C H T L D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs*Ss
@@ -10056,7 +10056,7 @@ func range_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run 
 //	  L    x nL    src I*D          dst I*D          fold if layers consecutive
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_page_head_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+func copy_9_page_head_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}

@@ -18,18 +18,7 @@ func TestOutOfRepo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a module with the go command")
 	}
-	goCmd, err := exec.LookPath("go")
-	require.NoError(t, err)
-	repo, err := filepath.Abs("../..")
-	require.NoError(t, err)
-	sum, err := os.ReadFile(filepath.Join(repo, "go.sum"))
-	require.NoError(t, err)
-
-	mod := t.TempDir()
-	writeFile(t, filepath.Join(mod, "go.mod"), "module example.com/framework\n\ngo 1.26\n\n"+
-		"require github.com/kvreshard/kvreshard v0.0.0\n\n"+
-		"replace github.com/kvreshard/kvreshard => "+repo+"\n")
-	writeFile(t, filepath.Join(mod, "go.sum"), string(sum))
+	mod, goRun := newModule(t)
 	writeFile(t, filepath.Join(mod, "kvcache", "layouts.kvl"), `// The framework's own layouts.
 part flash "per-layer flash" { order L C T H D }
 part xkey "x-blocked keys" { order C L H D/8 T D%8 }
@@ -67,16 +56,6 @@ func main() {
 	}
 }
 `)
-	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
-	goRun := func(dir string, args ...string) string {
-		t.Helper()
-		cmd := exec.Command(goCmd, args...)
-		cmd.Dir = dir
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "go %s:\n%s", strings.Join(args, " "), out)
-		return string(out)
-	}
 	pkgDir := filepath.Join(mod, "kvcache")
 	out := filepath.Join(pkgDir, "layouts_kvl.go")
 	goRun(pkgDir, "run", "github.com/kvreshard/kvreshard/cmd/kvlc", "-o", "layouts_kvl.go", "-pkg", "kvcache", "layouts.kvl")
@@ -97,4 +76,34 @@ pool(L C S T H D) -> part(C L H D/8 T D%8): layouts.kvl: host -> xkey
 part(C L H D/8 T D%8) -> part(L C T H D): layouts.kvl: xkey -> flash
 part(C T L H D) -> pool(L C S T H D): none
 `, goRun(mod, "run", "."))
+}
+
+// newModule creates a module that requires kvreshard, replaced by this
+// checkout, with this checkout's go.sum, and returns its directory and a
+// function that runs the go command in a directory of it, failing the test
+// with the command's output when it fails.
+func newModule(t *testing.T) (string, func(dir string, args ...string) string) {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	require.NoError(t, err)
+	repo, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	sum, err := os.ReadFile(filepath.Join(repo, "go.sum"))
+	require.NoError(t, err)
+
+	mod := t.TempDir()
+	writeFile(t, filepath.Join(mod, "go.mod"), "module example.com/framework\n\ngo 1.26\n\n"+
+		"require github.com/kvreshard/kvreshard v0.0.0\n\n"+
+		"replace github.com/kvreshard/kvreshard => "+repo+"\n")
+	writeFile(t, filepath.Join(mod, "go.sum"), string(sum))
+	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+	return mod, func(dir string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(goCmd, args...)
+		cmd.Dir = dir
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "go %s:\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
 }

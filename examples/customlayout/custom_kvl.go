@@ -6,164 +6,224 @@ import "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Fail to compile against a kernel runtime that does not support this generated code.
 const (
-	_ = kernel.EnforceVersion(kernel.GenVersion - 2)
-	_ = kernel.EnforceVersion(2 - kernel.MinGenVersion)
+	_ = kernel.EnforceVersion(kernel.GenVersion - 3)
+	_ = kernel.EnforceVersion(3 - kernel.MinGenVersion)
 )
 
 func init() {
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_flash_to_vllm_flash,
+		Copy:   copy_10_vllm_flash_to_vllm_flash,
 		Digest: "aeda111ba6a985d6",
 		Origin: "custom.kvl: vllm_flash -> vllm_flash",
 		Pair: kernel.Pair{
 			Dst: "part(L C T H D)",
 			Src: "part(L C T H D)",
 		},
-		Range: range_vllm_flash_to_vllm_flash,
+		Range: range_10_vllm_flash_to_vllm_flash,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_flash_to_flashinfer_hnd,
+		Copy:   copy_10_vllm_flash_to_flashinfer_hnd,
 		Digest: "972e8971341a0711",
 		Origin: "custom.kvl: vllm_flash -> flashinfer_hnd",
 		Pair: kernel.Pair{
 			Dst: "part(L C H T D)",
 			Src: "part(L C T H D)",
 		},
-		Range: range_vllm_flash_to_flashinfer_hnd,
+		Range: range_10_vllm_flash_to_flashinfer_hnd,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_flash_to_vllm_xblock,
+		Copy:   copy_10_vllm_flash_to_vllm_xblock,
 		Digest: "faf0b1196af9a382",
 		Origin: "custom.kvl: vllm_flash -> vllm_xblock",
 		Pair: kernel.Pair{
 			Dst: "part(C L H D/8 T D%8)",
 			Src: "part(L C T H D)",
 		},
-		Range: range_vllm_flash_to_vllm_xblock,
+		Range: range_10_vllm_flash_to_vllm_xblock,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_flash_to_vllm_host,
+		Copy:   copy_10_vllm_flash_to_vllm_host,
 		Digest: "867d9604135ad82c",
 		Origin: "custom.kvl: vllm_flash -> vllm_host",
 		Pair: kernel.Pair{
 			Dst: "pool(L C S T H D)",
 			Src: "part(L C T H D)",
 		},
-		Range: range_vllm_flash_to_vllm_host,
+		Range: range_10_vllm_flash_to_vllm_host,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_flashinfer_hnd_to_vllm_flash,
+		Copy:   copy_10_vllm_flash_to_vllm_xblock4_host,
+		Digest: "0d6bbb0d69e1d22f",
+		Origin: "custom.kvl: vllm_flash -> vllm_xblock4_host",
+		Pair: kernel.Pair{
+			Dst: "pool(S C L H D/4 T D%4)",
+			Src: "part(L C T H D)",
+		},
+		Range: range_10_vllm_flash_to_vllm_xblock4_host,
+	})
+	kernel.MustRegister(&kernel.Kernels{
+		Copy:   copy_14_flashinfer_hnd_to_vllm_flash,
 		Digest: "1c90df2f0b8536a0",
 		Origin: "custom.kvl: flashinfer_hnd -> vllm_flash",
 		Pair: kernel.Pair{
 			Dst: "part(L C T H D)",
 			Src: "part(L C H T D)",
 		},
-		Range: range_flashinfer_hnd_to_vllm_flash,
+		Range: range_14_flashinfer_hnd_to_vllm_flash,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_flashinfer_hnd_to_flashinfer_hnd,
+		Copy:   copy_14_flashinfer_hnd_to_flashinfer_hnd,
 		Digest: "c8e76026dc8708f7",
 		Origin: "custom.kvl: flashinfer_hnd -> flashinfer_hnd",
 		Pair: kernel.Pair{
 			Dst: "part(L C H T D)",
 			Src: "part(L C H T D)",
 		},
-		Range: range_flashinfer_hnd_to_flashinfer_hnd,
+		Range: range_14_flashinfer_hnd_to_flashinfer_hnd,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_flashinfer_hnd_to_vllm_xblock,
+		Copy:   copy_14_flashinfer_hnd_to_vllm_xblock,
 		Digest: "5911ad49cc0a82a5",
 		Origin: "custom.kvl: flashinfer_hnd -> vllm_xblock",
 		Pair: kernel.Pair{
 			Dst: "part(C L H D/8 T D%8)",
 			Src: "part(L C H T D)",
 		},
-		Range: range_flashinfer_hnd_to_vllm_xblock,
+		Range: range_14_flashinfer_hnd_to_vllm_xblock,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_flashinfer_hnd_to_vllm_host,
+		Copy:   copy_14_flashinfer_hnd_to_vllm_host,
 		Digest: "5e7a98b0e02b476e",
 		Origin: "custom.kvl: flashinfer_hnd -> vllm_host",
 		Pair: kernel.Pair{
 			Dst: "pool(L C S T H D)",
 			Src: "part(L C H T D)",
 		},
-		Range: range_flashinfer_hnd_to_vllm_host,
+		Range: range_14_flashinfer_hnd_to_vllm_host,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_xblock_to_vllm_flash,
+		Copy:   copy_14_flashinfer_hnd_to_vllm_xblock4_host,
+		Digest: "ee35cec37edbd4a2",
+		Origin: "custom.kvl: flashinfer_hnd -> vllm_xblock4_host",
+		Pair: kernel.Pair{
+			Dst: "pool(S C L H D/4 T D%4)",
+			Src: "part(L C H T D)",
+		},
+		Range: range_14_flashinfer_hnd_to_vllm_xblock4_host,
+	})
+	kernel.MustRegister(&kernel.Kernels{
+		Copy:   copy_11_vllm_xblock_to_vllm_flash,
 		Digest: "21a507f1ebe40b40",
 		Origin: "custom.kvl: vllm_xblock -> vllm_flash",
 		Pair: kernel.Pair{
 			Dst: "part(L C T H D)",
 			Src: "part(C L H D/8 T D%8)",
 		},
-		Range: range_vllm_xblock_to_vllm_flash,
+		Range: range_11_vllm_xblock_to_vllm_flash,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_xblock_to_flashinfer_hnd,
+		Copy:   copy_11_vllm_xblock_to_flashinfer_hnd,
 		Digest: "c7fab287ee98aaa3",
 		Origin: "custom.kvl: vllm_xblock -> flashinfer_hnd",
 		Pair: kernel.Pair{
 			Dst: "part(L C H T D)",
 			Src: "part(C L H D/8 T D%8)",
 		},
-		Range: range_vllm_xblock_to_flashinfer_hnd,
+		Range: range_11_vllm_xblock_to_flashinfer_hnd,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_xblock_to_vllm_xblock,
+		Copy:   copy_11_vllm_xblock_to_vllm_xblock,
 		Digest: "37dd7ca5c384a60b",
 		Origin: "custom.kvl: vllm_xblock -> vllm_xblock",
 		Pair: kernel.Pair{
 			Dst: "part(C L H D/8 T D%8)",
 			Src: "part(C L H D/8 T D%8)",
 		},
-		Range: range_vllm_xblock_to_vllm_xblock,
+		Range: range_11_vllm_xblock_to_vllm_xblock,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_xblock_to_vllm_host,
+		Copy:   copy_11_vllm_xblock_to_vllm_host,
 		Digest: "2eab640cd0cbacf1",
 		Origin: "custom.kvl: vllm_xblock -> vllm_host",
 		Pair: kernel.Pair{
 			Dst: "pool(L C S T H D)",
 			Src: "part(C L H D/8 T D%8)",
 		},
-		Range: range_vllm_xblock_to_vllm_host,
+		Range: range_11_vllm_xblock_to_vllm_host,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_host_to_vllm_flash,
+		Copy:   copy_11_vllm_xblock_to_vllm_xblock4_host,
+		Digest: "3b6be2708f153e59",
+		Origin: "custom.kvl: vllm_xblock -> vllm_xblock4_host",
+		Pair: kernel.Pair{
+			Dst: "pool(S C L H D/4 T D%4)",
+			Src: "part(C L H D/8 T D%8)",
+		},
+		Range: range_11_vllm_xblock_to_vllm_xblock4_host,
+	})
+	kernel.MustRegister(&kernel.Kernels{
+		Copy:   copy_9_vllm_host_to_vllm_flash,
 		Digest: "c35e1e97d40e82f0",
 		Origin: "custom.kvl: vllm_host -> vllm_flash",
 		Pair: kernel.Pair{
 			Dst: "part(L C T H D)",
 			Src: "pool(L C S T H D)",
 		},
-		Range: range_vllm_host_to_vllm_flash,
+		Range: range_9_vllm_host_to_vllm_flash,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_host_to_flashinfer_hnd,
+		Copy:   copy_9_vllm_host_to_flashinfer_hnd,
 		Digest: "0b460134330da140",
 		Origin: "custom.kvl: vllm_host -> flashinfer_hnd",
 		Pair: kernel.Pair{
 			Dst: "part(L C H T D)",
 			Src: "pool(L C S T H D)",
 		},
-		Range: range_vllm_host_to_flashinfer_hnd,
+		Range: range_9_vllm_host_to_flashinfer_hnd,
 	})
 	kernel.MustRegister(&kernel.Kernels{
-		Copy:   copy_vllm_host_to_vllm_xblock,
+		Copy:   copy_9_vllm_host_to_vllm_xblock,
 		Digest: "a7e7a6a7a511ecb4",
 		Origin: "custom.kvl: vllm_host -> vllm_xblock",
 		Pair: kernel.Pair{
 			Dst: "part(C L H D/8 T D%8)",
 			Src: "pool(L C S T H D)",
 		},
-		Range: range_vllm_host_to_vllm_xblock,
+		Range: range_9_vllm_host_to_vllm_xblock,
+	})
+	kernel.MustRegister(&kernel.Kernels{
+		Copy:   copy_17_vllm_xblock4_host_to_vllm_flash,
+		Digest: "e3f6c6b41379e3e4",
+		Origin: "custom.kvl: vllm_xblock4_host -> vllm_flash",
+		Pair: kernel.Pair{
+			Dst: "part(L C T H D)",
+			Src: "pool(S C L H D/4 T D%4)",
+		},
+		Range: range_17_vllm_xblock4_host_to_vllm_flash,
+	})
+	kernel.MustRegister(&kernel.Kernels{
+		Copy:   copy_17_vllm_xblock4_host_to_flashinfer_hnd,
+		Digest: "485880714c7e7f30",
+		Origin: "custom.kvl: vllm_xblock4_host -> flashinfer_hnd",
+		Pair: kernel.Pair{
+			Dst: "part(L C H T D)",
+			Src: "pool(S C L H D/4 T D%4)",
+		},
+		Range: range_17_vllm_xblock4_host_to_flashinfer_hnd,
+	})
+	kernel.MustRegister(&kernel.Kernels{
+		Copy:   copy_17_vllm_xblock4_host_to_vllm_xblock,
+		Digest: "6c22f6aaa0006a56",
+		Origin: "custom.kvl: vllm_xblock4_host -> vllm_xblock",
+		Pair: kernel.Pair{
+			Dst: "part(C L H D/8 T D%8)",
+			Src: "pool(S C L H D/4 T D%4)",
+		},
+		Range: range_17_vllm_xblock4_host_to_vllm_xblock,
 	})
 }
 
-// range_vllm_flash_to_vllm_flash moves part vllm_flash to part vllm_flash.
+// range_10_vllm_flash_to_vllm_flash moves part vllm_flash to part vllm_flash.
 //
 //	pair vllm_flash -> vllm_flash: part(L C T H D) -> part(L C T H D), loops follow the src
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  fold if nH==Hs==Hd && layers consecutive
@@ -172,7 +232,7 @@ func init() {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_10_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -263,7 +323,7 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 	return out[:nr]
 }
 
-// copy_vllm_flash_to_vllm_flash moves part vllm_flash to part vllm_flash.
+// copy_10_vllm_flash_to_vllm_flash moves part vllm_flash to part vllm_flash.
 //
 //	pair vllm_flash -> vllm_flash: part(L C T H D) -> part(L C T H D), loops follow the dst
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  fold if nH==Hs==Hd && layers consecutive
@@ -272,7 +332,7 @@ func range_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kern
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+func copy_10_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -349,7 +409,7 @@ func copy_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_vllm_flash_to_flashinfer_hnd moves part vllm_flash to part flashinfer_hnd.
+// range_10_vllm_flash_to_flashinfer_hnd moves part vllm_flash to part flashinfer_hnd.
 //
 //	pair vllm_flash -> flashinfer_hnd: part(L C T H D) -> part(L C H T D), loops follow the src
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  loop
@@ -358,7 +418,7 @@ func copy_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*T*D        loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_10_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -467,7 +527,7 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 	return out[:nr]
 }
 
-// copy_vllm_flash_to_flashinfer_hnd moves part vllm_flash to part flashinfer_hnd.
+// copy_10_vllm_flash_to_flashinfer_hnd moves part vllm_flash to part flashinfer_hnd.
 //
 //	pair vllm_flash -> flashinfer_hnd: part(L C T H D) -> part(L C H T D), loops follow the dst
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  loop
@@ -476,7 +536,7 @@ func range_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []
 //	  T    x T     src I*D*Hs       dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+func copy_10_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -588,7 +648,7 @@ func copy_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_vllm_flash_to_vllm_xblock moves part vllm_flash to part vllm_xblock.
+// range_10_vllm_flash_to_vllm_xblock moves part vllm_flash to part vllm_xblock.
 //
 //	pair vllm_flash -> vllm_xblock: part(L C T H D) -> part(C L H D/8 T D%8), loops follow the src
 //	  dst C block: I*T*D*Ld*Hd
@@ -599,7 +659,7 @@ func copy_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 //	  D/8  x D/8   src 8*I          dst 8*I*T        loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_10_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -718,7 +778,7 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 	return out[:nr]
 }
 
-// copy_vllm_flash_to_vllm_xblock moves part vllm_flash to part vllm_xblock.
+// copy_10_vllm_flash_to_vllm_xblock moves part vllm_flash to part vllm_xblock.
 //
 //	pair vllm_flash -> vllm_xblock: part(L C T H D) -> part(C L H D/8 T D%8), loops follow the dst
 //	  dst C block: I*T*D*Ld*Hd
@@ -729,7 +789,7 @@ func range_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ker
 //	  T    x T     src I*D*Hs       dst 8*I          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func copy_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+func copy_10_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -856,7 +916,7 @@ func copy_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_vllm_flash_to_vllm_host moves part vllm_flash to pool vllm_host.
+// range_10_vllm_flash_to_vllm_host moves part vllm_flash to pool vllm_host.
 //
 //	pair vllm_flash -> vllm_host: part(L C T H D) -> pool(L C S T H D), loops follow the src
 //	  dst S stride: I*T*D*Hd
@@ -866,7 +926,7 @@ func copy_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_10_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -947,7 +1007,7 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 	return out[:nr]
 }
 
-// copy_vllm_flash_to_vllm_host moves part vllm_flash to pool vllm_host.
+// copy_10_vllm_flash_to_vllm_host moves part vllm_flash to pool vllm_host.
 //
 //	pair vllm_flash -> vllm_host: part(L C T H D) -> pool(L C S T H D), loops follow the dst
 //	  dst S stride: I*T*D*Hd
@@ -957,7 +1017,7 @@ func range_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kerne
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_vllm_flash_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
+func copy_10_vllm_flash_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1024,7 +1084,264 @@ func copy_vllm_flash_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_flashinfer_hnd_to_vllm_flash moves part flashinfer_hnd to part vllm_flash.
+// range_10_vllm_flash_to_vllm_xblock4_host moves part vllm_flash to pool vllm_xblock4_host.
+//
+//	pair vllm_flash -> vllm_xblock4_host: part(L C T H D) -> pool(S C L H D/4 T D%4), loops follow the src
+//	  dst S stride: I*T*D*NC*Ld*Hd
+//	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*Hd     loop
+//	  C    x NC    src I*T*D*Hs     dst I*T*D*Ld*Hd  loop
+//	  T    x T     src I*D*Hs       dst 4*I          loop
+//	  H    x nH    src I*D          dst I*T*D        loop
+//	  D/4  x D/4   src 4*I          dst 4*I*T        loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func range_10_vllm_flash_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * T * D * NC * Hs
+	ds0 := I * T * D * Hd
+	ss1 := I * T * D * Hs
+	ds1 := I * T * D * Ld * Hd
+	ss2 := I * D * Hs
+	ds2 := 4 * I
+	ss3 := I * D
+	ds3 := I * T * D
+	ss4 := 4 * I
+	ds4 := 4 * I * T
+	run := 4 * I
+	out = kernel.Grow(out, nr, nL*NC*T*nH*(D/4)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < T; i2++ {
+				s3 := s2 + i2*ss2
+				d3 := d2 + i2*ds2
+				if (D / 4) == 1 {
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+							}
+						}
+					}
+				} else {
+					for i3 := 0; i3 < nH; i3++ {
+						s4 := s3 + (p.SrcHead+i3)*ss3
+						d4 := d3 + (p.DstHead+i3)*ds3
+						if cnt := (D / 4); cnt > 0 {
+							s5, d5 := s4, d4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, run
+							}
+							if cnt > 1 {
+								if ss4 == run && ds4 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, 0)
+									ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, 0, run
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
+// copy_10_vllm_flash_to_vllm_xblock4_host moves part vllm_flash to pool vllm_xblock4_host.
+//
+//	pair vllm_flash -> vllm_xblock4_host: part(L C T H D) -> pool(S C L H D/4 T D%4), loops follow the dst
+//	  dst S stride: I*T*D*NC*Ld*Hd
+//	  C    x NC    src I*T*D*Hs     dst I*T*D*Ld*Hd  loop
+//	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*Hd     loop
+//	  H    x nH    src I*D          dst I*T*D        loop
+//	  D/4  x D/4   src 4*I          dst 4*I*T        loop
+//	  T    x T     src I*D*Hs       dst 4*I          loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func copy_10_vllm_flash_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * T * D * Hs
+	ds0 := I * T * D * Ld * Hd
+	ss1 := I * T * D * NC * Hs
+	ds1 := I * T * D * Hd
+	ss2 := I * D
+	ds2 := I * T * D
+	ss3 := 4 * I
+	ds3 := 4 * I * T
+	ss4 := I * D * Hs
+	ds4 := 4 * I
+	run := 4 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < NC; i0++ {
+		s1 := s0 + i0*ss0
+		d1 := d0 + i0*ds0
+		for i1 := 0; i1 < nL; i1++ {
+			lp := p.Layers[i1]
+			s2 := s1 + int(lp.Src)*ss1
+			d2 := d1 + int(lp.Dst)*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				if ss3 == T*ss4 && ds3 == T*ds4 {
+					if cnt := (D / 4) * T; cnt > 0 {
+						s5, d5 := s3, d3
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+						}
+					}
+				} else {
+					if T == 1 {
+						if cnt := (D / 4); cnt > 0 {
+							s4, d4 := s3, d3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < (D / 4); i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
+// range_14_flashinfer_hnd_to_vllm_flash moves part flashinfer_hnd to part vllm_flash.
 //
 //	pair flashinfer_hnd -> vllm_flash: part(L C H T D) -> part(L C T H D), loops follow the src
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  loop
@@ -1033,7 +1350,7 @@ func copy_vllm_flash_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 //	  T    x T     src I*D          dst I*D*Hd       loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_14_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1142,7 +1459,7 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 	return out[:nr]
 }
 
-// copy_flashinfer_hnd_to_vllm_flash moves part flashinfer_hnd to part vllm_flash.
+// copy_14_flashinfer_hnd_to_vllm_flash moves part flashinfer_hnd to part vllm_flash.
 //
 //	pair flashinfer_hnd -> vllm_flash: part(L C H T D) -> part(L C T H D), loops follow the dst
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  loop
@@ -1151,7 +1468,7 @@ func range_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 //	  H    x nH    src I*T*D        dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+func copy_14_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1263,7 +1580,7 @@ func copy_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_flashinfer_hnd_to_flashinfer_hnd moves part flashinfer_hnd to part flashinfer_hnd.
+// range_14_flashinfer_hnd_to_flashinfer_hnd moves part flashinfer_hnd to part flashinfer_hnd.
 //
 //	pair flashinfer_hnd -> flashinfer_hnd: part(L C H T D) -> part(L C H T D), loops follow the src
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  fold if nH==Hs==Hd && layers consecutive
@@ -1272,7 +1589,7 @@ func copy_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 //	  T    x T     src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*T*D*nH
-func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_14_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1340,7 +1657,7 @@ func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 	return out[:nr]
 }
 
-// copy_flashinfer_hnd_to_flashinfer_hnd moves part flashinfer_hnd to part flashinfer_hnd.
+// copy_14_flashinfer_hnd_to_flashinfer_hnd moves part flashinfer_hnd to part flashinfer_hnd.
 //
 //	pair flashinfer_hnd -> flashinfer_hnd: part(L C H T D) -> part(L C H T D), loops follow the dst
 //	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*NC*Hd  fold if nH==Hs==Hd && layers consecutive
@@ -1349,7 +1666,7 @@ func range_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 //	  T    x T     src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*T*D*nH
-func copy_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+func copy_14_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1405,7 +1722,7 @@ func copy_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte)
 	}
 }
 
-// range_flashinfer_hnd_to_vllm_xblock moves part flashinfer_hnd to part vllm_xblock.
+// range_14_flashinfer_hnd_to_vllm_xblock moves part flashinfer_hnd to part vllm_xblock.
 //
 //	pair flashinfer_hnd -> vllm_xblock: part(L C H T D) -> part(C L H D/8 T D%8), loops follow the src
 //	  dst C block: I*T*D*Ld*Hd
@@ -1416,7 +1733,7 @@ func copy_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte)
 //	  D/8  x D/8   src 8*I          dst 8*I*T        loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_14_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1535,7 +1852,7 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 	return out[:nr]
 }
 
-// copy_flashinfer_hnd_to_vllm_xblock moves part flashinfer_hnd to part vllm_xblock.
+// copy_14_flashinfer_hnd_to_vllm_xblock moves part flashinfer_hnd to part vllm_xblock.
 //
 //	pair flashinfer_hnd -> vllm_xblock: part(L C H T D) -> part(C L H D/8 T D%8), loops follow the dst
 //	  dst C block: I*T*D*Ld*Hd
@@ -1546,7 +1863,7 @@ func range_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 //	  T    x T     src I*D          dst 8*I          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func copy_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+func copy_14_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1673,7 +1990,7 @@ func copy_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_flashinfer_hnd_to_vllm_host moves part flashinfer_hnd to pool vllm_host.
+// range_14_flashinfer_hnd_to_vllm_host moves part flashinfer_hnd to pool vllm_host.
 //
 //	pair flashinfer_hnd -> vllm_host: part(L C H T D) -> pool(L C S T H D), loops follow the src
 //	  dst S stride: I*T*D*Hd
@@ -1683,7 +2000,7 @@ func copy_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 //	  T    x T     src I*D          dst I*D*Hd       loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_14_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1793,7 +2110,7 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 	return out[:nr]
 }
 
-// copy_flashinfer_hnd_to_vllm_host moves part flashinfer_hnd to pool vllm_host.
+// copy_14_flashinfer_hnd_to_vllm_host moves part flashinfer_hnd to pool vllm_host.
 //
 //	pair flashinfer_hnd -> vllm_host: part(L C H T D) -> pool(L C S T H D), loops follow the dst
 //	  dst S stride: I*T*D*Hd
@@ -1803,7 +2120,7 @@ func range_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 //	  H    x nH    src I*T*D        dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
+func copy_14_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1916,7 +2233,264 @@ func copy_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_vllm_xblock_to_vllm_flash moves part vllm_xblock to part vllm_flash.
+// range_14_flashinfer_hnd_to_vllm_xblock4_host moves part flashinfer_hnd to pool vllm_xblock4_host.
+//
+//	pair flashinfer_hnd -> vllm_xblock4_host: part(L C H T D) -> pool(S C L H D/4 T D%4), loops follow the src
+//	  dst S stride: I*T*D*NC*Ld*Hd
+//	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*Hd     loop
+//	  C    x NC    src I*T*D*Hs     dst I*T*D*Ld*Hd  loop
+//	  H    x nH    src I*T*D        dst I*T*D        loop
+//	  T    x T     src I*D          dst 4*I          loop
+//	  D/4  x D/4   src 4*I          dst 4*I*T        loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func range_14_flashinfer_hnd_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * T * D * NC * Hs
+	ds0 := I * T * D * Hd
+	ss1 := I * T * D * Hs
+	ds1 := I * T * D * Ld * Hd
+	ss2 := I * T * D
+	ds2 := I * T * D
+	ss3 := I * D
+	ds3 := 4 * I
+	ss4 := 4 * I
+	ds4 := 4 * I * T
+	run := 4 * I
+	out = kernel.Grow(out, nr, nL*NC*nH*T*(D/4)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				if (D / 4) == 1 {
+					if cnt := T; cnt > 0 {
+						s4, d4 := s3, d3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+							}
+						}
+					}
+				} else {
+					for i3 := 0; i3 < T; i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						if cnt := (D / 4); cnt > 0 {
+							s5, d5 := s4, d4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, run
+							}
+							if cnt > 1 {
+								if ss4 == run && ds4 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, 0)
+									ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, 0, run
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
+// copy_14_flashinfer_hnd_to_vllm_xblock4_host moves part flashinfer_hnd to pool vllm_xblock4_host.
+//
+//	pair flashinfer_hnd -> vllm_xblock4_host: part(L C H T D) -> pool(S C L H D/4 T D%4), loops follow the dst
+//	  dst S stride: I*T*D*NC*Ld*Hd
+//	  C    x NC    src I*T*D*Hs     dst I*T*D*Ld*Hd  loop
+//	  L    x nL    src I*T*D*NC*Hs  dst I*T*D*Hd     loop
+//	  H    x nH    src I*T*D        dst I*T*D        loop
+//	  D/4  x D/4   src 4*I          dst 4*I*T        loop
+//	  T    x T     src I*D          dst 4*I          loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func copy_14_flashinfer_hnd_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * T * D * Hs
+	ds0 := I * T * D * Ld * Hd
+	ss1 := I * T * D * NC * Hs
+	ds1 := I * T * D * Hd
+	ss2 := I * T * D
+	ds2 := I * T * D
+	ss3 := 4 * I
+	ds3 := 4 * I * T
+	ss4 := I * D
+	ds4 := 4 * I
+	run := 4 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < NC; i0++ {
+		s1 := s0 + i0*ss0
+		d1 := d0 + i0*ds0
+		for i1 := 0; i1 < nL; i1++ {
+			lp := p.Layers[i1]
+			s2 := s1 + int(lp.Src)*ss1
+			d2 := d1 + int(lp.Dst)*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				if ss3 == T*ss4 && ds3 == T*ds4 {
+					if cnt := (D / 4) * T; cnt > 0 {
+						s5, d5 := s3, d3
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+						}
+					}
+				} else {
+					if T == 1 {
+						if cnt := (D / 4); cnt > 0 {
+							s4, d4 := s3, d3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < (D / 4); i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
+// range_11_vllm_xblock_to_vllm_flash moves part vllm_xblock to part vllm_flash.
 //
 //	pair vllm_xblock -> vllm_flash: part(C L H D/8 T D%8) -> part(L C T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -1927,7 +2501,7 @@ func copy_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 //	  T    x T     src 8*I          dst I*D*Hd       loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_11_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2051,7 +2625,7 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 	return out[:nr]
 }
 
-// copy_vllm_xblock_to_vllm_flash moves part vllm_xblock to part vllm_flash.
+// copy_11_vllm_xblock_to_vllm_flash moves part vllm_xblock to part vllm_flash.
 //
 //	pair vllm_xblock -> vllm_flash: part(C L H D/8 T D%8) -> part(L C T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -2062,7 +2636,7 @@ func range_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 //	  D/8  x D/8   src 8*I*T        dst 8*I          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func copy_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+func copy_11_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2184,7 +2758,7 @@ func copy_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_vllm_xblock_to_flashinfer_hnd moves part vllm_xblock to part flashinfer_hnd.
+// range_11_vllm_xblock_to_flashinfer_hnd moves part vllm_xblock to part flashinfer_hnd.
 //
 //	pair vllm_xblock -> flashinfer_hnd: part(C L H D/8 T D%8) -> part(L C H T D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -2195,7 +2769,7 @@ func copy_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 //	  T    x T     src 8*I          dst I*D          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_11_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2319,7 +2893,7 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 	return out[:nr]
 }
 
-// copy_vllm_xblock_to_flashinfer_hnd moves part vllm_xblock to part flashinfer_hnd.
+// copy_11_vllm_xblock_to_flashinfer_hnd moves part vllm_xblock to part flashinfer_hnd.
 //
 //	pair vllm_xblock -> flashinfer_hnd: part(C L H D/8 T D%8) -> part(L C H T D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -2330,7 +2904,7 @@ func range_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 //	  D/8  x D/8   src 8*I*T        dst 8*I          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func copy_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+func copy_11_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2452,7 +3026,7 @@ func copy_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_vllm_xblock_to_vllm_xblock moves part vllm_xblock to part vllm_xblock.
+// range_11_vllm_xblock_to_vllm_xblock moves part vllm_xblock to part vllm_xblock.
 //
 //	pair vllm_xblock -> vllm_xblock: part(C L H D/8 T D%8) -> part(C L H D/8 T D%8), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -2464,7 +3038,7 @@ func copy_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 //	  T    x T     src 8*I          dst 8*I          fold
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I*T*D/8*nH
-func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_11_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2572,7 +3146,7 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 	return out[:nr]
 }
 
-// copy_vllm_xblock_to_vllm_xblock moves part vllm_xblock to part vllm_xblock.
+// copy_11_vllm_xblock_to_vllm_xblock moves part vllm_xblock to part vllm_xblock.
 //
 //	pair vllm_xblock -> vllm_xblock: part(C L H D/8 T D%8) -> part(C L H D/8 T D%8), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -2584,7 +3158,7 @@ func range_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 //	  T    x T     src 8*I          dst 8*I          fold
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I*T*D/8*nH
-func copy_vllm_xblock_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+func copy_11_vllm_xblock_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2676,7 +3250,7 @@ func copy_vllm_xblock_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_vllm_xblock_to_vllm_host moves part vllm_xblock to pool vllm_host.
+// range_11_vllm_xblock_to_vllm_host moves part vllm_xblock to pool vllm_host.
 //
 //	pair vllm_xblock -> vllm_host: part(C L H D/8 T D%8) -> pool(L C S T H D), loops follow the src
 //	  src C block: I*T*D*Ls*Hs
@@ -2688,7 +3262,7 @@ func copy_vllm_xblock_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 //	  T    x T     src 8*I          dst I*D*Hd       loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_11_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2813,7 +3387,7 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 	return out[:nr]
 }
 
-// copy_vllm_xblock_to_vllm_host moves part vllm_xblock to pool vllm_host.
+// copy_11_vllm_xblock_to_vllm_host moves part vllm_xblock to pool vllm_host.
 //
 //	pair vllm_xblock -> vllm_host: part(C L H D/8 T D%8) -> pool(L C S T H D), loops follow the dst
 //	  src C block: I*T*D*Ls*Hs
@@ -2825,7 +3399,7 @@ func range_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kern
 //	  D/8  x D/8   src 8*I*T        dst 8*I          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func copy_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
+func copy_11_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2948,7 +3522,296 @@ func copy_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_vllm_host_to_vllm_flash moves pool vllm_host to part vllm_flash.
+// range_11_vllm_xblock_to_vllm_xblock4_host moves part vllm_xblock to pool vllm_xblock4_host.
+//
+//	pair vllm_xblock -> vllm_xblock4_host: part(C L H D/8 T D%8) -> pool(S C L H D/4 T D%4), loops follow the src
+//	  src C block: I*T*D*Ls*Hs
+//	  dst S stride: I*T*D*NC*Ld*Hd
+//	  C    x NC    src block        dst I*T*D*Ld*Hd  loop
+//	  L    x nL    src I*T*D*Hs     dst I*T*D*Hd     loop
+//	  H    x nH    src I*T*D        dst I*T*D        loop
+//	  D/8  x D/8   src 8*I*T        dst 8*I*T        loop
+//	  T    x T     src 8*I          dst 4*I          loop
+//	  D%8/4 x 2     src 4*I          dst 4*I*T        loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func range_11_vllm_xblock_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		for c, D := range p.Dims {
+			ds0 := I * T * D * Ld * Hd
+			ss1 := I * T * D * Hs
+			ds1 := I * T * D * Hd
+			ss2 := I * T * D
+			ds2 := I * T * D
+			ss3 := 8 * I * T
+			ds3 := 8 * I * T
+			ss4 := 8 * I
+			ds4 := 4 * I
+			ss5 := 4 * I
+			ds5 := 4 * I * T
+			run := 4 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*T*2+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * T * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			dc := c * ds0
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						if 2 == 1 {
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+									pl += run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
+								}
+								if cnt > 1 {
+									if ss4 == run && ds4 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, sReg, 0)
+										ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, sReg, 0, run
+									}
+								}
+							}
+						} else {
+							for i4 := 0; i4 < T; i4++ {
+								s5 := s4 + i4*ss4
+								d5 := d4 + i4*ds4
+								if cnt := 2; cnt > 0 {
+									s6, d6 := s5, d5
+									if pl > 0 && ps+pl == s6 && pd+pl == d6 && psr == sReg && pdr == 0 {
+										pl += run
+									} else {
+										if pl > 0 {
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+											nr++
+										}
+										ps, pd, psr, pdr, pl = s6, d6, sReg, 0, run
+									}
+									if cnt > 1 {
+										if ss5 == run && ds5 == run {
+											pl += (cnt - 1) * run
+										} else {
+											if pl > 0 {
+												r := &out[nr]
+												r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+												nr++
+											}
+											nr = kernel.EmitStrided(out, nr, s6+ss5, d6+ds5, ss5, ds5, cnt-2, run, sReg, 0)
+											ps, pd, psr, pdr, pl = s6+(cnt-1)*ss5, d6+(cnt-1)*ds5, sReg, 0, run
+										}
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
+// copy_11_vllm_xblock_to_vllm_xblock4_host moves part vllm_xblock to pool vllm_xblock4_host.
+//
+//	pair vllm_xblock -> vllm_xblock4_host: part(C L H D/8 T D%8) -> pool(S C L H D/4 T D%4), loops follow the dst
+//	  src C block: I*T*D*Ls*Hs
+//	  dst S stride: I*T*D*NC*Ld*Hd
+//	  C    x NC    src block        dst I*T*D*Ld*Hd  loop
+//	  L    x nL    src I*T*D*Hs     dst I*T*D*Hd     loop
+//	  H    x nH    src I*T*D        dst I*T*D        loop
+//	  D/8  x D/8   src 8*I*T        dst 8*I*T        loop
+//	  D%8/4 x 2     src 4*I          dst 4*I*T        loop
+//	  T    x T     src 8*I          dst 4*I          loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func copy_11_vllm_xblock_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		for c, D := range p.Dims {
+			ds0 := I * T * D * Ld * Hd
+			ss1 := I * T * D * Hs
+			ds1 := I * T * D * Hd
+			ss2 := I * T * D
+			ds2 := I * T * D
+			ss3 := 8 * I * T
+			ds3 := 8 * I * T
+			ss4 := 4 * I
+			ds4 := 4 * I * T
+			ss5 := 8 * I
+			ds5 := 4 * I
+			run := 4 * I
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * T * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			dc := c * ds0
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						if ss4 == T*ss5 && ds4 == T*ds5 {
+							if cnt := 2 * T; cnt > 0 {
+								s6, d6 := s4, d4
+								if cnt == 1 || ss5 == run && ds5 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s6 && pd+pl == d6 && psr == sReg && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s6, d6, sReg, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d6:], ds5, src[sReg][s6:], ss5, run, cnt)
+								}
+							}
+						} else {
+							if T == 1 {
+								if cnt := 2; cnt > 0 {
+									s5, d5 := s4, d4
+									if cnt == 1 || ss4 == run && ds4 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s5, d5, sReg, 0, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[0][d5:], ds4, src[sReg][s5:], ss4, run, cnt)
+									}
+								}
+							} else {
+								for i4 := 0; i4 < 2; i4++ {
+									s5 := s4 + i4*ss4
+									d5 := d4 + i4*ds4
+									if cnt := T; cnt > 0 {
+										s6, d6 := s5, d5
+										if cnt == 1 || ss5 == run && ds5 == run {
+											n := cnt * run
+											if pl > 0 && ps+pl == s6 && pd+pl == d6 && psr == sReg && pdr == 0 {
+												pl += n
+											} else {
+												if pl > 0 {
+													copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+												}
+												ps, pd, psr, pdr, pl = s6, d6, sReg, 0, n
+											}
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											pl = 0
+											move(dst[0][d6:], ds5, src[sReg][s6:], ss5, run, cnt)
+										}
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
+// range_9_vllm_host_to_vllm_flash moves pool vllm_host to part vllm_flash.
 //
 //	pair vllm_host -> vllm_flash: pool(L C S T H D) -> part(L C T H D), loops follow the dst
 //	  src S stride: I*T*D*Hs
@@ -2958,7 +3821,7 @@ func copy_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_9_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3039,7 +3902,7 @@ func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kerne
 	return out[:nr]
 }
 
-// copy_vllm_host_to_vllm_flash moves pool vllm_host to part vllm_flash.
+// copy_9_vllm_host_to_vllm_flash moves pool vllm_host to part vllm_flash.
 //
 //	pair vllm_host -> vllm_flash: pool(L C S T H D) -> part(L C T H D), loops follow the dst
 //	  src S stride: I*T*D*Hs
@@ -3049,7 +3912,7 @@ func range_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kerne
 //	  H    x nH    src I*D          dst I*D          fold
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
-func copy_vllm_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+func copy_9_vllm_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3116,7 +3979,7 @@ func copy_vllm_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_vllm_host_to_flashinfer_hnd moves pool vllm_host to part flashinfer_hnd.
+// range_9_vllm_host_to_flashinfer_hnd moves pool vllm_host to part flashinfer_hnd.
 //
 //	pair vllm_host -> flashinfer_hnd: pool(L C S T H D) -> part(L C H T D), loops follow the dst
 //	  src S stride: I*T*D*Hs
@@ -3126,7 +3989,7 @@ func copy_vllm_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 //	  T    x T     src I*D*Hs       dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_9_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3236,7 +4099,7 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 	return out[:nr]
 }
 
-// copy_vllm_host_to_flashinfer_hnd moves pool vllm_host to part flashinfer_hnd.
+// copy_9_vllm_host_to_flashinfer_hnd moves pool vllm_host to part flashinfer_hnd.
 //
 //	pair vllm_host -> flashinfer_hnd: pool(L C S T H D) -> part(L C H T D), loops follow the dst
 //	  src S stride: I*T*D*Hs
@@ -3246,7 +4109,7 @@ func range_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []k
 //	  T    x T     src I*D*Hs       dst I*D          loop
 //	  D    x D     src I            dst I            fold
 //	  run I*D
-func copy_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+func copy_9_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3359,7 +4222,7 @@ func copy_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
-// range_vllm_host_to_vllm_xblock moves pool vllm_host to part vllm_xblock.
+// range_9_vllm_host_to_vllm_xblock moves pool vllm_host to part vllm_xblock.
 //
 //	pair vllm_host -> vllm_xblock: pool(L C S T H D) -> part(C L H D/8 T D%8), loops follow the dst
 //	  src S stride: I*T*D*Hs
@@ -3371,7 +4234,7 @@ func copy_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 //	  T    x T     src I*D*Hs       dst 8*I          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+func range_9_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3496,7 +4359,7 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 	return out[:nr]
 }
 
-// copy_vllm_host_to_vllm_xblock moves pool vllm_host to part vllm_xblock.
+// copy_9_vllm_host_to_vllm_xblock moves pool vllm_host to part vllm_xblock.
 //
 //	pair vllm_host -> vllm_xblock: pool(L C S T H D) -> part(C L H D/8 T D%8), loops follow the dst
 //	  src S stride: I*T*D*Hs
@@ -3508,7 +4371,7 @@ func range_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kern
 //	  T    x T     src I*D*Hs       dst 8*I          loop
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
-func copy_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+func copy_9_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3621,6 +4484,809 @@ func copy_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 										}
 										pl = 0
 										move(dst[dReg][d5:], ds4, src[0][s5:], ss4, run, cnt)
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
+// range_17_vllm_xblock4_host_to_vllm_flash moves pool vllm_xblock4_host to part vllm_flash.
+//
+//	pair vllm_xblock4_host -> vllm_flash: pool(S C L H D/4 T D%4) -> part(L C T H D), loops follow the dst
+//	  src S stride: I*T*D*NC*Ls*Hs
+//	  L    x nL    src I*T*D*Hs     dst I*T*D*NC*Hd  loop
+//	  C    x NC    src I*T*D*Ls*Hs  dst I*T*D*Hd     loop
+//	  T    x T     src 4*I          dst I*D*Hd       loop
+//	  H    x nH    src I*T*D        dst I*D          loop
+//	  D/4  x D/4   src 4*I*T        dst 4*I          loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func range_17_vllm_xblock4_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * T * D * Hs
+	ds0 := I * T * D * NC * Hd
+	ss1 := I * T * D * Ls * Hs
+	ds1 := I * T * D * Hd
+	ss2 := 4 * I
+	ds2 := I * D * Hd
+	ss3 := I * T * D
+	ds3 := I * D
+	ss4 := 4 * I * T
+	ds4 := 4 * I
+	run := 4 * I
+	out = kernel.Grow(out, nr, nL*NC*T*nH*(D/4)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < T; i2++ {
+				s3 := s2 + i2*ss2
+				d3 := d2 + i2*ds2
+				if (D / 4) == 1 {
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+							}
+						}
+					}
+				} else {
+					for i3 := 0; i3 < nH; i3++ {
+						s4 := s3 + (p.SrcHead+i3)*ss3
+						d4 := d3 + (p.DstHead+i3)*ds3
+						if cnt := (D / 4); cnt > 0 {
+							s5, d5 := s4, d4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, run
+							}
+							if cnt > 1 {
+								if ss4 == run && ds4 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, 0)
+									ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, 0, run
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
+// copy_17_vllm_xblock4_host_to_vllm_flash moves pool vllm_xblock4_host to part vllm_flash.
+//
+//	pair vllm_xblock4_host -> vllm_flash: pool(S C L H D/4 T D%4) -> part(L C T H D), loops follow the dst
+//	  src S stride: I*T*D*NC*Ls*Hs
+//	  L    x nL    src I*T*D*Hs     dst I*T*D*NC*Hd  loop
+//	  C    x NC    src I*T*D*Ls*Hs  dst I*T*D*Hd     loop
+//	  T    x T     src 4*I          dst I*D*Hd       loop
+//	  H    x nH    src I*T*D        dst I*D          loop
+//	  D/4  x D/4   src 4*I*T        dst 4*I          loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func copy_17_vllm_xblock4_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * T * D * Hs
+	ds0 := I * T * D * NC * Hd
+	ss1 := I * T * D * Ls * Hs
+	ds1 := I * T * D * Hd
+	ss2 := 4 * I
+	ds2 := I * D * Hd
+	ss3 := I * T * D
+	ds3 := I * D
+	ss4 := 4 * I * T
+	ds4 := 4 * I
+	run := 4 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < T; i2++ {
+				s3 := s2 + i2*ss2
+				d3 := d2 + i2*ds2
+				if ss3 == (D/4)*ss4 && ds3 == (D/4)*ds4 {
+					if cnt := nH * (D / 4); cnt > 0 {
+						s5, d5 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+						}
+					}
+				} else {
+					if (D / 4) == 1 {
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nH; i3++ {
+							s4 := s3 + (p.SrcHead+i3)*ss3
+							d4 := d3 + (p.DstHead+i3)*ds3
+							if cnt := (D / 4); cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
+// range_17_vllm_xblock4_host_to_flashinfer_hnd moves pool vllm_xblock4_host to part flashinfer_hnd.
+//
+//	pair vllm_xblock4_host -> flashinfer_hnd: pool(S C L H D/4 T D%4) -> part(L C H T D), loops follow the dst
+//	  src S stride: I*T*D*NC*Ls*Hs
+//	  L    x nL    src I*T*D*Hs     dst I*T*D*NC*Hd  loop
+//	  C    x NC    src I*T*D*Ls*Hs  dst I*T*D*Hd     loop
+//	  H    x nH    src I*T*D        dst I*T*D        loop
+//	  T    x T     src 4*I          dst I*D          loop
+//	  D/4  x D/4   src 4*I*T        dst 4*I          loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func range_17_vllm_xblock4_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * T * D * Hs
+	ds0 := I * T * D * NC * Hd
+	ss1 := I * T * D * Ls * Hs
+	ds1 := I * T * D * Hd
+	ss2 := I * T * D
+	ds2 := I * T * D
+	ss3 := 4 * I
+	ds3 := I * D
+	ss4 := 4 * I * T
+	ds4 := 4 * I
+	run := 4 * I
+	out = kernel.Grow(out, nr, nL*NC*nH*T*(D/4)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				if (D / 4) == 1 {
+					if cnt := T; cnt > 0 {
+						s4, d4 := s3, d3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+							}
+						}
+					}
+				} else {
+					for i3 := 0; i3 < T; i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						if cnt := (D / 4); cnt > 0 {
+							s5, d5 := s4, d4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, run
+							}
+							if cnt > 1 {
+								if ss4 == run && ds4 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, 0)
+									ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, 0, run
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
+// copy_17_vllm_xblock4_host_to_flashinfer_hnd moves pool vllm_xblock4_host to part flashinfer_hnd.
+//
+//	pair vllm_xblock4_host -> flashinfer_hnd: pool(S C L H D/4 T D%4) -> part(L C H T D), loops follow the dst
+//	  src S stride: I*T*D*NC*Ls*Hs
+//	  L    x nL    src I*T*D*Hs     dst I*T*D*NC*Hd  loop
+//	  C    x NC    src I*T*D*Ls*Hs  dst I*T*D*Hd     loop
+//	  H    x nH    src I*T*D        dst I*T*D        loop
+//	  T    x T     src 4*I          dst I*D          loop
+//	  D/4  x D/4   src 4*I*T        dst 4*I          loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func copy_17_vllm_xblock4_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * T * D * Hs
+	ds0 := I * T * D * NC * Hd
+	ss1 := I * T * D * Ls * Hs
+	ds1 := I * T * D * Hd
+	ss2 := I * T * D
+	ds2 := I * T * D
+	ss3 := 4 * I
+	ds3 := I * D
+	ss4 := 4 * I * T
+	ds4 := 4 * I
+	run := 4 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				if ss3 == (D/4)*ss4 && ds3 == (D/4)*ds4 {
+					if cnt := T * (D / 4); cnt > 0 {
+						s5, d5 := s3, d3
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+						}
+					}
+				} else {
+					if (D / 4) == 1 {
+						if cnt := T; cnt > 0 {
+							s4, d4 := s3, d3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < T; i3++ {
+							s4 := s3 + i3*ss3
+							d4 := d3 + i3*ds3
+							if cnt := (D / 4); cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
+// range_17_vllm_xblock4_host_to_vllm_xblock moves pool vllm_xblock4_host to part vllm_xblock.
+//
+//	pair vllm_xblock4_host -> vllm_xblock: pool(S C L H D/4 T D%4) -> part(C L H D/8 T D%8), loops follow the dst
+//	  src S stride: I*T*D*NC*Ls*Hs
+//	  dst C block: I*T*D*Ld*Hd
+//	  C    x NC    src I*T*D*Ls*Hs  dst block        loop
+//	  L    x nL    src I*T*D*Hs     dst I*T*D*Hd     loop
+//	  H    x nH    src I*T*D        dst I*T*D        loop
+//	  D/8  x D/8   src 8*I*T        dst 8*I*T        loop
+//	  T    x T     src 4*I          dst 8*I          loop
+//	  D%8/4 x 2     src 4*I*T        dst 4*I          loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func range_17_vllm_xblock4_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		dBase := 0
+		for c, D := range p.Dims {
+			ss0 := I * T * D * Ls * Hs
+			ss1 := I * T * D * Hs
+			ds1 := I * T * D * Hd
+			ss2 := I * T * D
+			ds2 := I * T * D
+			ss3 := 8 * I * T
+			ds3 := 8 * I * T
+			ss4 := 4 * I
+			ds4 := 8 * I
+			ss5 := 4 * I * T
+			ds5 := 4 * I
+			run := 4 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*T*2+1)
+			sf, df := 0, 0
+			sc := c * ss0
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * T * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						if 2 == 1 {
+							if cnt := T; cnt > 0 {
+								s5, d5 := s4, d4
+								if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s5, d5, 0, dReg, run
+								}
+								if cnt > 1 {
+									if ss4 == run && ds4 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, dReg)
+										ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, dReg, run
+									}
+								}
+							}
+						} else {
+							for i4 := 0; i4 < T; i4++ {
+								s5 := s4 + i4*ss4
+								d5 := d4 + i4*ds4
+								if cnt := 2; cnt > 0 {
+									s6, d6 := s5, d5
+									if pl > 0 && ps+pl == s6 && pd+pl == d6 && psr == 0 && pdr == dReg {
+										pl += run
+									} else {
+										if pl > 0 {
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+											nr++
+										}
+										ps, pd, psr, pdr, pl = s6, d6, 0, dReg, run
+									}
+									if cnt > 1 {
+										if ss5 == run && ds5 == run {
+											pl += (cnt - 1) * run
+										} else {
+											if pl > 0 {
+												r := &out[nr]
+												r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+												nr++
+											}
+											nr = kernel.EmitStrided(out, nr, s6+ss5, d6+ds5, ss5, ds5, cnt-2, run, 0, dReg)
+											ps, pd, psr, pdr, pl = s6+(cnt-1)*ss5, d6+(cnt-1)*ds5, 0, dReg, run
+										}
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
+// copy_17_vllm_xblock4_host_to_vllm_xblock moves pool vllm_xblock4_host to part vllm_xblock.
+//
+//	pair vllm_xblock4_host -> vllm_xblock: pool(S C L H D/4 T D%4) -> part(C L H D/8 T D%8), loops follow the dst
+//	  src S stride: I*T*D*NC*Ls*Hs
+//	  dst C block: I*T*D*Ld*Hd
+//	  C    x NC    src I*T*D*Ls*Hs  dst block        loop
+//	  L    x nL    src I*T*D*Hs     dst I*T*D*Hd     loop
+//	  H    x nH    src I*T*D        dst I*T*D        loop
+//	  D/8  x D/8   src 8*I*T        dst 8*I*T        loop
+//	  T    x T     src 4*I          dst 8*I          loop
+//	  D%8/4 x 2     src 4*I*T        dst 4*I          loop
+//	  D%4  x 4     src I            dst I            fold
+//	  run 4*I
+func copy_17_vllm_xblock4_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 {
+		return
+	}
+	I := p.ItemSize
+	T := p.PageSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		dBase := 0
+		for c, D := range p.Dims {
+			ss0 := I * T * D * Ls * Hs
+			ss1 := I * T * D * Hs
+			ds1 := I * T * D * Hd
+			ss2 := I * T * D
+			ds2 := I * T * D
+			ss3 := 8 * I * T
+			ds3 := 8 * I * T
+			ss4 := 4 * I
+			ds4 := 8 * I
+			ss5 := 4 * I * T
+			ds5 := 4 * I
+			run := 4 * I
+			sf, df := 0, 0
+			sc := c * ss0
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * T * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						if ss4 == 2*ss5 && ds4 == 2*ds5 {
+							if cnt := T * 2; cnt > 0 {
+								s6, d6 := s4, d4
+								if cnt == 1 || ss5 == run && ds5 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s6 && pd+pl == d6 && psr == 0 && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s6, d6, 0, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d6:], ds5, src[0][s6:], ss5, run, cnt)
+								}
+							}
+						} else {
+							if 2 == 1 {
+								if cnt := T; cnt > 0 {
+									s5, d5 := s4, d4
+									if cnt == 1 || ss4 == run && ds4 == run {
+										n := cnt * run
+										if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+											pl += n
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											ps, pd, psr, pdr, pl = s5, d5, 0, dReg, n
+										}
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										pl = 0
+										move(dst[dReg][d5:], ds4, src[0][s5:], ss4, run, cnt)
+									}
+								}
+							} else {
+								for i4 := 0; i4 < T; i4++ {
+									s5 := s4 + i4*ss4
+									d5 := d4 + i4*ds4
+									if cnt := 2; cnt > 0 {
+										s6, d6 := s5, d5
+										if cnt == 1 || ss5 == run && ds5 == run {
+											n := cnt * run
+											if pl > 0 && ps+pl == s6 && pd+pl == d6 && psr == 0 && pdr == dReg {
+												pl += n
+											} else {
+												if pl > 0 {
+													copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+												}
+												ps, pd, psr, pdr, pl = s6, d6, 0, dReg, n
+											}
+										} else {
+											if pl > 0 {
+												copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+											}
+											pl = 0
+											move(dst[dReg][d6:], ds5, src[0][s6:], ss5, run, cnt)
+										}
 									}
 								}
 							}

@@ -46,10 +46,11 @@ func TestLayouts(t *testing.T) {
 		"part(L C H T D) flashinfer_hnd",
 		"part(C L H D/8 T D%8) vllm_xblock",
 		"pool(L C S T H D) vllm_host",
+		"pool(S C L H D/4 T D%4) vllm_xblock4_host",
 	}, got)
 	// Every ordered pair with a part on one side: 3*3 part pairs, 3 reads
-	// into the pool and 3 writes out of it.
-	require.Len(t, f.Pairs, 15)
+	// into each pool and 3 writes out of each.
+	require.Len(t, f.Pairs, 21)
 }
 
 func TestGeneratedKernels(t *testing.T) {

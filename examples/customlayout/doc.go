@@ -3,12 +3,16 @@
 // kvlc from a go:generate line, commits the generated kernels, and imports
 // the package for its side effect of registering them.
 //
-// custom.kvl declares three part layouts and one pool layout:
+// custom.kvl declares three part layouts and two pool layouts:
 //
-//	part vllm_flash     { order L C T H D }        vLLM's per-layer flash layout
-//	part flashinfer_hnd { order L C H T D }        FlashInfer's HND
-//	part vllm_xblock    { order C L H D/8 T D%8 }  vLLM's x-blocked key cache
-//	pool vllm_host      { order L C S T H D }      a per-layer host pool
+//	part vllm_flash        { order L C T H D }          vLLM's per-layer flash layout
+//	part flashinfer_hnd    { order L C H T D }          FlashInfer's HND
+//	part vllm_xblock       { order C L H D/8 T D%8 }    vLLM's x-blocked key cache
+//	pool vllm_host         { order L C S T H D }        a per-layer host pool
+//	pool vllm_xblock4_host { order S C L H D/4 T D%4 }  the x-blocked cache of fp32
+//
+// Layouts that split an axis by different factors (D/8 and D/4 here) pair
+// like any others: the compiler lowers both to a common refinement.
 //
 // To add a layout in your own module:
 //

@@ -31,11 +31,13 @@ type walker struct {
 	// component offset and region per side
 	comps []compTables
 	emit  func(Run)
+	idx   []int // the index of each loop being walked
 }
 
 type compTables struct {
 	counts  []int
 	strides [][2]int
+	mixed   [][2][2]int // per loop and side with a Mixed: its Hi and Lo strides
 	run     int
 	fold    [2]int // offset of the statically folded loops' first index
 	off     [2]int
@@ -44,6 +46,7 @@ type compTables struct {
 
 func newWalker(ir *compiler.Pair, p *Problem, emit func(Run)) *walker {
 	w := &walker{ir: ir, p: p, loops: ir.LiveLoops(), emit: emit}
+	w.idx = make([]int, len(w.loops))
 	var env compiler.Env
 	env[compiler.SymItem] = p.ItemSize
 	env[compiler.SymPage] = p.PageSize
@@ -68,10 +71,14 @@ func newWalker(ir *compiler.Pair, p *Problem, emit func(Run)) *walker {
 		t.run = ir.Run.Eval(&env)
 		t.counts = make([]int, len(w.loops))
 		t.strides = make([][2]int, len(w.loops))
+		t.mixed = make([][2][2]int, len(w.loops))
 		for i, lp := range w.loops {
 			t.counts[i] = lp.Extent.Eval(&env)
 			for s := range 2 {
-				if !lp.CBlock[s] {
+				switch {
+				case lp.Mixed[s] != nil:
+					t.mixed[i][s] = [2]int{lp.Mixed[s].Hi.Eval(&env), lp.Mixed[s].Lo.Eval(&env)}
+				case !lp.CBlock[s]:
 					t.strides[i][s] = lp.Stride[s].Eval(&env)
 				}
 			}
@@ -124,6 +131,22 @@ func (w *walker) walk(level, c, so, do int, sr, dr int32) {
 	n := t.counts[level]
 	st := t.strides[level]
 	for i := 0; i < n; i++ {
+		w.idx[level] = i
+		if lp.IsMixed() {
+			var off [2]int
+			for s := range 2 {
+				off[s] = i * st[s]
+				if m := lp.Mixed[s]; m != nil {
+					off[s] = 0
+					if !m.Carry {
+						y := w.idx[m.Outer]*m.Radix + i
+						off[s] = y/m.Div*t.mixed[level][s][0] + y%m.Div*t.mixed[level][s][1]
+					}
+				}
+			}
+			w.walk(level+1, c, so+off[0], do+off[1], sr, dr)
+			continue
+		}
 		switch lp.Mode.Axis {
 		case compiler.C:
 			ct := &w.comps[i]

@@ -19,10 +19,11 @@ import "fmt"
 //	const _ = kernel.EnforceVersion(N - kernel.MinGenVersion)
 //
 // so that a file generated for another runtime fails to compile. Version 2
-// moves rows with Mover and Fence; files of version 1 use nothing this
-// runtime lacks.
+// moves rows with Mover and Fence; version 3 names kernels unambiguously
+// and joins layouts that split an axis by different factors. Files of
+// versions 1 and 2 use nothing this runtime lacks.
 const (
-	GenVersion    = 2
+	GenVersion    = 3
 	MinGenVersion = 1
 )
 

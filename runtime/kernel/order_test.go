@@ -3,45 +3,18 @@ package kernel_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
-	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 )
 
-// randomOrder returns a random valid order: the axes in any order, with T
-// and D each split, sometimes, by a factor from factors, the X%f half
-// somewhere after the X/f half.
-func randomOrder(r *rand.Rand, kind compiler.Kind, factors map[string]int) string {
-	axes := []string{"C", "T", "L", "H", "D"}
-	if kind == compiler.Pool {
-		axes = append(axes, "S")
-	}
-	r.Shuffle(len(axes), func(i, j int) { axes[i], axes[j] = axes[j], axes[i] })
-	for _, a := range []string{"T", "D"} {
-		f := factors[a]
-		if f == 0 || r.IntN(2) == 0 {
-			continue
-		}
-		i := 0
-		for axes[i] != a {
-			i++
-		}
-		axes[i] = fmt.Sprintf("%s/%d", a, f)
-		j := i + 1 + r.IntN(len(axes)-i)
-		axes = append(axes[:j], append([]string{fmt.Sprintf("%s%%%d", a, f)}, axes[j:]...)...)
-	}
-	return strings.Join(axes, " ")
-}
-
-// TestAnyOrder lowers pairs of random layouts, in any order of the axes,
-// and requires the interpreter to move exactly the bytes of the naive
-// element-by-element copy, with every destination byte written once and
-// every run merged that continues the one before it.
+// TestAnyOrder lowers pairs of random layouts, in any order of the axes
+// (C anywhere, S anywhere in a pool), with T and D split by the same
+// factor on both sides, and requires of the interpreter what
+// kerneltest.CheckCase does.
 func TestAnyOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	pairs := 80
@@ -51,46 +24,81 @@ func TestAnyOrder(t *testing.T) {
 	for i := range pairs {
 		// Both sides split by the same factors, when they split.
 		factors := map[string]int{"T": []int{2, 4}[r.IntN(2)], "D": []int{2, 4, 8}[r.IntN(3)]}
-		srcKind, dstKind := compiler.Part, compiler.Part
-		switch r.IntN(3) {
-		case 1:
-			dstKind = compiler.Pool
-		case 2:
-			srcKind = compiler.Pool
+		checkRandomPair(t, r, i, factors, factors)
+	}
+}
+
+// TestAnyFactors is TestAnyOrder with each side splitting T and D by its
+// own factor: equal, nested (2 and 4, 2 and 8, 3 and 6) or not (4 and 6,
+// 6 and 8, 3 and 4, 2 and 3), so that pairs lower to a common refinement
+// or, where the factors do not nest, to their greatest common divisor.
+func TestAnyFactors(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 17))
+	pairs := 200
+	if testing.Short() {
+		pairs = 60
+	}
+	fs := []int{2, 3, 4, 6, 8}
+	for i := range pairs {
+		a := map[string]int{"T": fs[r.IntN(len(fs))], "D": fs[r.IntN(len(fs))]}
+		b := map[string]int{"T": fs[r.IntN(len(fs))], "D": fs[r.IntN(len(fs))]}
+		checkRandomPair(t, r, i, a, b)
+	}
+}
+
+// TestMixedFactorsCovered: the random pairs of TestAnyFactors include
+// nested and non-nesting splits on the same axis, so that both ways of
+// lowering are exercised.
+func TestMixedFactorsCovered(t *testing.T) {
+	nested := mustPair(t, compiler.Part, "C T/4 L H T%4 D", compiler.Pool, "C S T/2 H L T%2 D")
+	mixed := mustPair(t, compiler.Part, "C T/4 L H T%4 D", compiler.Part, "L H T/6 C T%6 D")
+	require.False(t, hasMixed(nested))
+	require.True(t, hasMixed(mixed))
+}
+
+func mustPair(t *testing.T, sk compiler.Kind, so string, dk compiler.Kind, do string) *compiler.Pair {
+	t.Helper()
+	src, err := compiler.ParseLayout(sk, "src", so)
+	require.NoError(t, err)
+	dst, err := compiler.ParseLayout(dk, "dst", do)
+	require.NoError(t, err)
+	p, err := compiler.Lower(src, dst)
+	require.NoError(t, err)
+	return p
+}
+
+func hasMixed(p *compiler.Pair) bool {
+	for _, lp := range p.Loops {
+		if lp.IsMixed() {
+			return true
 		}
-		src, err := compiler.ParseLayout(srcKind, "src", randomOrder(r, srcKind, factors))
-		require.NoError(t, err)
-		dst, err := compiler.ParseLayout(dstKind, "dst", randomOrder(r, dstKind, factors))
-		require.NoError(t, err)
-		p, err := compiler.Lower(src, dst)
+	}
+	return false
+}
+
+// checkRandomPair draws a random pair of layouts whose sides split T and
+// D by the given factors, when they split, and checks it on two cases.
+func checkRandomPair(t *testing.T, r *rand.Rand, i int, srcFactors, dstFactors map[string]int) {
+	t.Helper()
+	srcKind, dstKind := compiler.Part, compiler.Part
+	switch r.IntN(3) {
+	case 1:
+		dstKind = compiler.Pool
+	case 2:
+		srcKind = compiler.Pool
+	}
+	src, err := compiler.ParseLayout(srcKind, "src", kerneltest.RandomOrder(r, srcKind, srcFactors))
+	require.NoError(t, err)
+	dst, err := compiler.ParseLayout(dstKind, "dst", kerneltest.RandomOrder(r, dstKind, dstFactors))
+	require.NoError(t, err)
+	for _, iter := range []compiler.Side{compiler.Src, compiler.Dst} {
+		p, err := compiler.LowerIn(src, dst, iter)
 		require.NoError(t, err, "%s -> %s", src, dst)
-		in := kernel.Interpreter{IR: p}
 		for range 2 {
 			c := kerneltest.RandomCase(r, src, dst)
-			if !src.COuter() || !dst.COuter() {
-				for k := range c.Dims {
-					c.Dims[k] = c.Dims[0]
-				}
-			}
-			buf, want := c.Buffers(r)
-			n, err := c.Naive(want, buf)
-			require.NoError(t, err, c)
-
-			runs := in.Range(c.Problem(), nil)
-			got := c.Blank()
-			moved, err := c.Apply(runs, got, buf)
-			require.NoError(t, err, "pair %d, %s", i, c)
-			require.Equal(t, n, moved, "pair %d, %s\n%s", i, c, p)
-			require.Equal(t, want, got, "pair %d, %s\n%s", i, c, p)
-			for k := 1; k < len(runs); k++ {
-				a, b := runs[k-1], runs[k]
-				require.False(t, a.Src+a.Len == b.Src && a.Dst+a.Len == b.Dst && a.SrcRegion == b.SrcRegion && a.DstRegion == b.DstRegion,
-					"runs %d and %d continue each other but were not merged: %s", k-1, k, c)
-			}
-
-			got = c.Blank()
-			in.Copy(c.Problem(), c.Shift(&c.Dst, got), c.Shift(&c.Src, buf))
-			require.Equal(t, want, got, "pair %d, copy: %s\n%s", i, c, p)
+			t.Run(fmt.Sprintf("pair%d/%s", i, iter), func(t *testing.T) {
+				kerneltest.CheckCase(t, r, p, nil, c)
+			})
 		}
 	}
 }

@@ -11,10 +11,7 @@ import (
 )
 
 // CheckGenerated runs the generated kernels of every pair of f on random
-// cases, and on one LargeCase, and requires that the range kernel, the copy kernel, the interpreter
-// and the naive element-by-element copy all produce identical bytes, with
-// every destination byte written exactly once and runs merged as far as
-// they can be.
+// cases, and on one LargeCase, and requires of each what CheckCase does.
 func CheckGenerated(t *testing.T, f *compiler.File, cases int) {
 	r := rand.New(rand.NewPCG(7, 11))
 	for _, p := range f.Pairs {
@@ -22,7 +19,6 @@ func CheckGenerated(t *testing.T, f *compiler.File, cases int) {
 			k := kernel.Lookup(kernel.Pair{Src: p.Src.Identity(), Dst: p.Dst.Identity()})
 			require.NotNil(t, k, "no generated kernels registered for %s", p.Key())
 			require.Equal(t, p.Digest(), k.Digest, "registered kernels of %s come from another lowering", p.Key())
-			in := kernel.Interpreter{IR: p}
 			for i := range cases + 1 {
 				var c *Case
 				if i == cases {
@@ -31,32 +27,49 @@ func CheckGenerated(t *testing.T, f *compiler.File, cases int) {
 				} else {
 					c = RandomCase(r, p.Src, p.Dst)
 				}
-				if !p.Src.COuter() || !p.Dst.COuter() {
-					for i := range c.Dims {
-						c.Dims[i] = c.Dims[0]
-					}
-				}
-				src, want := c.Buffers(r)
-				n, err := c.Naive(want, src)
-				require.NoError(t, err, c)
-
-				runs := k.Range(c.Problem(), nil)
-				require.Equal(t, in.Range(c.Problem(), nil), runs, "generated and interpreted runs differ: %s", c)
-				got := c.Blank()
-				moved, err := c.Apply(runs, got, src)
-				require.NoError(t, err, c)
-				require.Equal(t, n, moved, c)
-				require.Equal(t, want, got, "range kernel: %s", c)
-				for i := 1; i < len(runs); i++ {
-					a, b := runs[i-1], runs[i]
-					require.False(t, a.Src+a.Len == b.Src && a.Dst+a.Len == b.Dst && a.SrcRegion == b.SrcRegion && a.DstRegion == b.DstRegion,
-						"runs %d and %d continue each other but were not merged: %s", i-1, i, c)
-				}
-
-				got = c.Blank()
-				k.Copy(c.Problem(), c.Shift(&c.Dst, got), c.Shift(&c.Src, src))
-				require.Equal(t, want, got, "copy kernel: %s", c)
+				CheckCase(t, r, p, k, c)
 			}
 		})
+	}
+}
+
+// CheckCase requires, for one case of pair p, that the interpreter's range
+// and copy, and those of the generated kernels k when k is not nil, move
+// exactly the bytes of the element-by-element model, with every destination
+// byte written once, and that the interpreter and k emit the same runs, as
+// few as the model's MinRuns. Layouts whose outermost axis is not C get
+// the same head dim for every component.
+func CheckCase(t *testing.T, r *rand.Rand, p *compiler.Pair, k *kernel.Kernels, c *Case) {
+	t.Helper()
+	if !p.Src.COuter() || !p.Dst.COuter() {
+		for i := range c.Dims {
+			c.Dims[i] = c.Dims[0]
+		}
+	}
+	src, want := c.Buffers(r)
+	n, err := c.Naive(want, src)
+	require.NoError(t, err, c)
+	min := c.MinRuns()
+
+	in := kernel.Interpreter{IR: p}
+	runs := in.Range(c.Problem(), nil)
+	if k != nil {
+		require.Equal(t, runs, k.Range(c.Problem(), nil), "generated and interpreted runs differ: %s\n%s", c, p)
+	}
+	got := c.Blank()
+	moved, err := c.Apply(runs, got, src)
+	require.NoError(t, err, "%s\n%s", c, p)
+	require.Equal(t, n, moved, "%s\n%s", c, p)
+	require.Equal(t, want, got, "range: %s\n%s", c, p)
+	require.Equal(t, min, len(runs), "runs are not the fewest: %s\n%s", c, p)
+
+	copies := []kernel.CopyFunc{in.Copy}
+	if k != nil {
+		copies = append(copies, k.Copy)
+	}
+	for i, cp := range copies {
+		got = c.Blank()
+		cp(c.Problem(), c.Shift(&c.Dst, got), c.Shift(&c.Src, src))
+		require.Equal(t, want, got, "copy %d (0 interpreted, 1 generated): %s\n%s", i, c, p)
 	}
 }

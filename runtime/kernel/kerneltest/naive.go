@@ -137,6 +137,59 @@ func (g *Geometry) Copy(dst, src *Buffer, dstBufs, srcBufs [][]byte) (moved int,
 	for i := range written {
 		written[i] = make([]bool, len(dstBufs[i]))
 	}
+	g.each(dst, src, func(c, si, di, h, t, d int) {
+		if err != nil {
+			return
+		}
+		sr, so := g.Offset(src, c, si, h-src.HeadStart, t, d)
+		dr, do := g.Offset(dst, c, di, h-dst.HeadStart, t, d)
+		for k := 0; k < g.ItemSize; k++ {
+			if written[dr][do+k] {
+				err = fmt.Errorf("destination byte %d of region %d written twice", do+k, dr)
+				return
+			}
+			written[dr][do+k] = true
+		}
+		copy(dstBufs[dr][do:do+g.ItemSize], srcBufs[sr][so:so+g.ItemSize])
+		moved += g.ItemSize
+	})
+	return moved, err
+}
+
+// MinRuns returns the fewest runs that move the common elements of src to
+// dst: every moved element is a run of its own, less one for each element
+// whose next byte on the source is the first byte of another moved element
+// that also follows it on the destination, in the same regions. No run can
+// be longer (a run is contiguous on both sides), and runs that continue
+// each other on both sides merge, so this is exact, whatever order a kernel
+// walks in.
+func (g *Geometry) MinRuns(dst, src *Buffer) int {
+	type elem struct{ sr, so, dr, do int }
+	var es []elem
+	g.each(dst, src, func(c, si, di, h, t, d int) {
+		sr, so := g.Offset(src, c, si, h-src.HeadStart, t, d)
+		dr, do := g.Offset(dst, c, di, h-dst.HeadStart, t, d)
+		es = append(es, elem{sr, so, dr, do})
+	})
+	slices.SortFunc(es, func(a, b elem) int {
+		if a.sr != b.sr {
+			return a.sr - b.sr
+		}
+		return a.so - b.so
+	})
+	n := len(es)
+	for i := 1; i < len(es); i++ {
+		a, b := es[i-1], es[i]
+		if a.sr == b.sr && a.so+g.ItemSize == b.so && a.dr == b.dr && a.do+g.ItemSize == b.do {
+			n--
+		}
+	}
+	return n
+}
+
+// each calls f for every element both buffers hold: component, layer index
+// on each side, global head, token and element of the head.
+func (g *Geometry) each(dst, src *Buffer, f func(c, si, di, h, t, d int)) {
 	for c := range g.Dims {
 		for si, layer := range src.Layers {
 			di := slices.Index(dst.Layers, layer)
@@ -146,22 +199,12 @@ func (g *Geometry) Copy(dst, src *Buffer, dstBufs, srcBufs [][]byte) (moved int,
 			for h := max(src.HeadStart, dst.HeadStart); h < min(src.HeadStart+src.Heads, dst.HeadStart+dst.Heads); h++ {
 				for t := 0; t < g.PageSize; t++ {
 					for d := 0; d < g.Dims[c]; d++ {
-						sr, so := g.Offset(src, c, si, h-src.HeadStart, t, d)
-						dr, do := g.Offset(dst, c, di, h-dst.HeadStart, t, d)
-						for k := 0; k < g.ItemSize; k++ {
-							if written[dr][do+k] {
-								return moved, fmt.Errorf("destination byte %d of region %d written twice", do+k, dr)
-							}
-							written[dr][do+k] = true
-						}
-						copy(dstBufs[dr][do:do+g.ItemSize], srcBufs[sr][so:so+g.ItemSize])
-						moved += g.ItemSize
+						f(c, si, di, h, t, d)
 					}
 				}
 			}
 		}
 	}
-	return moved, nil
 }
 
 // Problem builds the kernel problem for the common elements of src and dst,

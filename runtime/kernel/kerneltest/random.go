@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
@@ -36,8 +37,9 @@ func RandomCase(r *rand.Rand, src, dst *compiler.Layout) *Case {
 	if r.IntN(2) == 0 {
 		c.PageSize = 1 + r.IntN(16)
 	}
-	split := max(src.SplitOf(compiler.D), dst.SplitOf(compiler.D), 1)
-	tsplit := max(src.SplitOf(compiler.T), dst.SplitOf(compiler.T), 1)
+	// Both layouts' splits divide the page and the head dims.
+	split := lcm(src.SplitOf(compiler.D), dst.SplitOf(compiler.D))
+	tsplit := lcm(src.SplitOf(compiler.T), dst.SplitOf(compiler.T))
 	c.PageSize = (c.PageSize + tsplit - 1) / tsplit * tsplit
 	nc := 2
 	if r.IntN(8) == 0 {
@@ -71,11 +73,52 @@ func RandomCase(r *rand.Rand, src, dst *compiler.Layout) *Case {
 	return c
 }
 
-// LargeCase is a transfer of kernel.StreamBytes, so that copy kernels move
-// their rows with kernel.Stream2D: bf16, head dims 128, 64 tokens, 8
+// RandomOrder returns a random valid order of a layout of the given kind:
+// the axes in any order (C anywhere, S anywhere in a pool), with T and D
+// each split, half of the time, by its factor in factors (none when 0),
+// the X%f half somewhere after the X/f half.
+func RandomOrder(r *rand.Rand, kind compiler.Kind, factors map[string]int) string {
+	axes := []string{"C", "T", "L", "H", "D"}
+	if kind == compiler.Pool {
+		axes = append(axes, "S")
+	}
+	r.Shuffle(len(axes), func(i, j int) { axes[i], axes[j] = axes[j], axes[i] })
+	for _, a := range []string{"T", "D"} {
+		f := factors[a]
+		if f == 0 || r.IntN(2) == 0 {
+			continue
+		}
+		i := slices.Index(axes, a)
+		axes[i] = fmt.Sprintf("%s/%d", a, f)
+		j := i + 1 + r.IntN(len(axes)-i)
+		axes = slices.Insert(axes, j, fmt.Sprintf("%s%%%d", a, f))
+	}
+	return strings.Join(axes, " ")
+}
+
+// lcm returns the least common multiple of the split factors a and b, 0 for
+// none.
+func lcm(a, b int) int {
+	a, b = max(a, 1), max(b, 1)
+	g, h := a, b
+	for h != 0 {
+		g, h = h, g%h
+	}
+	return a / g * b
+}
+
+// MinRuns is the fewest runs of the case (see Geometry.MinRuns).
+func (c *Case) MinRuns() int { return c.Geometry.MinRuns(&c.Dst, &c.Src) }
+
+// LargeCase is a transfer of kernel.StreamBytes or more, so that copy kernels
+// move their rows with kernel.Stream2D: bf16, head dims 128, 64 tokens, 8
 // layers, heads 2 to 5 of 8 on the part side; pools have 2 slots.
 func LargeCase(src, dst *compiler.Layout) *Case {
-	c := &Case{Geometry: Geometry{ItemSize: 2, PageSize: 64, Dims: []int{128, 128}}}
+	// Splits that do not divide 64 tokens or 128 elements round them up.
+	tf := lcm(src.SplitOf(compiler.T), dst.SplitOf(compiler.T))
+	df := lcm(src.SplitOf(compiler.D), dst.SplitOf(compiler.D))
+	page, dim := (64+tf-1)/tf*tf, (128+df-1)/df*df
+	c := &Case{Geometry: Geometry{ItemSize: 2, PageSize: page, Dims: []int{dim, dim}}}
 	buf := func(l *compiler.Layout, headStart, heads int) Buffer {
 		b := Buffer{Layout: l, Layers: []int{0, 1, 2, 3, 4, 5, 6, 7}, HeadStart: headStart, Heads: heads, Slots: 1, Packed: l.Kind == compiler.Part}
 		if l.Kind == compiler.Pool {
