@@ -1,0 +1,347 @@
+package main
+
+/*
+#cgo CFLAGS: -fvisibility=hidden
+#include "kvreshard.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// The Go side of kvreshard.h: kvreshard.c's public functions check that
+// they run in the process that loaded the library and call these. Each
+// converts its C arguments, calls the Go code, writes the message and
+// recovers from any panic (KVR_EINTERNAL): no panic crosses the boundary.
+
+// putMsg writes msg, NUL-terminated and truncated at a UTF-8 boundary to
+// fit errlen bytes, into err (nothing when err is NULL or errlen 0).
+func putMsg(err *C.char, errlen C.size_t, msg string) {
+	if err == nil || errlen == 0 {
+		return
+	}
+	n := len(msg)
+	if uint64(n) >= uint64(errlen) {
+		n = int(errlen) - 1
+		for n > 0 && !utf8.RuneStart(msg[n]) {
+			n--
+		}
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(err)), n+1)
+	copy(b, msg[:n])
+	b[n] = 0
+}
+
+// finish writes err's message (or msg on success) and returns its code.
+func finish(e error, msg string, err *C.char, errlen C.size_t) C.int {
+	if e != nil {
+		msg = e.Error()
+	}
+	putMsg(err, errlen, msg)
+	return C.int(codeOf(e))
+}
+
+// recoverTo turns a panic into KVR_EINTERNAL with its message: deferred
+// by every export.
+func recoverTo(rc *C.int, err *C.char, errlen C.size_t) {
+	if r := recover(); r != nil {
+		*rc = kvrEInternal
+		putMsg(err, errlen, fmt.Sprintf("internal error: %v", r))
+	}
+}
+
+func goStr(s *C.char) string {
+	if s == nil {
+		return ""
+	}
+	return C.GoString(s)
+}
+
+func goModel(m *C.kvr_model) modelArgs {
+	return modelArgs{
+		layers: int(m.layers), kvHeads: int(m.kv_heads), headDim: int(m.head_dim), vHeadDim: int(m.v_head_dim),
+		page: int(m.page), mla: int(m.mla),
+		dtype: goStr(m.dtype), name: goStr(m.name), revision: goStr(m.revision),
+		namespace: goStr(m.namespace_), fingerprint: goStr(m.fingerprint),
+	}
+}
+
+func goPlacement(p *C.kvr_placement) placementArgs {
+	a := placementArgs{tp: int(p.tp), pp: int(p.pp), tpRank: int(p.tp_rank), ppRank: int(p.pp_rank)}
+	// pp_layers has pp entries; with pp out of range the topology is
+	// refused whatever they hold, so they are not read.
+	if p.pp_layers != nil && p.pp >= 1 && p.pp <= maxLayers {
+		for _, n := range unsafe.Slice((*C.int32_t)(unsafe.Pointer(p.pp_layers)), int(p.pp)) {
+			a.ppLayers = append(a.ppLayers, int(n))
+		}
+	}
+	return a
+}
+
+func goPool(p *C.kvr_pool) *poolArgs {
+	a := &poolArgs{layout: goStr(p.layout), nregions: int(p.nregions), slots: int64(p.slots)}
+	if p.nregions >= 1 && p.nregions <= maxRegions && p.bases != nil && p.sizes != nil {
+		n := int(p.nregions)
+		for _, b := range unsafe.Slice((*unsafe.Pointer)(unsafe.Pointer(p.bases)), n) {
+			a.bases = append(a.bases, b)
+		}
+		for _, s := range unsafe.Slice((*C.uint64_t)(unsafe.Pointer(p.sizes)), n) {
+			a.sizes = append(a.sizes, uint64(s))
+		}
+	}
+	return a
+}
+
+// batch returns the store keys and slots of a call's n pages (slots nil
+// when the call has none).
+func batch(domain string, keys *C.char, offsets, slots *C.int64_t, withSlots bool, n C.int64_t) ([]string, []int, error) {
+	if err := checkBatch(int64(n), keys != nil, offsets != nil, slots != nil || !withSlots); err != nil {
+		return nil, nil, err
+	}
+	if n == 0 {
+		return nil, nil, nil
+	}
+	offs := unsafe.Slice((*int64)(unsafe.Pointer(offsets)), int(n)+1)
+	size, err := keyLength(offs)
+	if err != nil {
+		return nil, nil, err
+	}
+	ks, err := storeKeys(unsafe.Slice((*byte)(unsafe.Pointer(keys)), int(size)), offs, domain)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ss []int
+	if withSlots {
+		ss = intSlots(unsafe.Slice((*int64)(unsafe.Pointer(slots)), int(n)))
+	}
+	return ks, ss, nil
+}
+
+//export kvrgoSetMaxProcs
+func kvrgoSetMaxProcs(n C.int32_t, prev *C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, nil, 0)
+	old := runtime.GOMAXPROCS(int(n))
+	if prev != nil {
+		*prev = C.int32_t(old)
+	}
+	return kvrOK
+}
+
+//export kvrgoModelDomain
+func kvrgoModelDomain(m *C.kvr_model, out *C.char, outlen C.size_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	if m == nil {
+		return finish(invalidf("model is NULL"), "", err, errlen)
+	}
+	if out == nil || outlen < 65 {
+		return finish(invalidf("out has %d bytes; a model domain needs 65 (64 hex digits and a NUL)", uint64(outlen)), "", err, errlen)
+	}
+	model, e := buildModel(goModel(m))
+	if e != nil {
+		return finish(e, "", err, errlen)
+	}
+	putMsg(out, outlen, model.Domain())
+	return finish(nil, "", err, errlen)
+}
+
+//export kvrgoStoreOpen
+func kvrgoStoreOpen(url *C.char, h *C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	if url == nil || h == nil {
+		return finish(invalidf("url or store is NULL"), "", err, errlen)
+	}
+	v, e := openStore(C.GoString(url))
+	if e == nil {
+		*h = C.uint64_t(v)
+	}
+	return finish(e, "", err, errlen)
+}
+
+//export kvrgoStoreClose
+func kvrgoStoreClose(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	return finish(closeStore(uint64(h)), "", err, errlen)
+}
+
+//export kvrgoWriterOpen
+func kvrgoWriterOpen(sh C.uint64_t, m *C.kvr_model, p *C.kvr_placement, pool *C.kvr_pool, part *C.char, h *C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	if m == nil || p == nil || pool == nil || h == nil {
+		return finish(invalidf("model, placement, pool or writer is NULL"), "", err, errlen)
+	}
+	v, e := openWriter(uint64(sh), goModel(m), goPlacement(p), goPool(pool), goStr(part))
+	if e == nil {
+		*h = C.uint64_t(v)
+	}
+	return finish(e, "", err, errlen)
+}
+
+//export kvrgoWriterPublish
+func kvrgoWriterPublish(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	wh, e := lookup[*writerHandle](uint64(h), "writer")
+	if e == nil {
+		if e = wh.enter(uint64(h), "writer"); e == nil {
+			defer wh.mu.RUnlock()
+			e = wh.publish(context.Background())
+		}
+	}
+	return finish(e, "", err, errlen)
+}
+
+//export kvrgoWriterWrite
+func kvrgoWriterWrite(h C.uint64_t, keys *C.char, offsets, slots *C.int64_t, n C.int64_t, statuses *C.uint8_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	wh, e := lookup[*writerHandle](uint64(h), "writer")
+	if e != nil {
+		return finish(e, "", err, errlen)
+	}
+	if e = wh.enter(uint64(h), "writer"); e != nil {
+		return finish(e, "", err, errlen)
+	}
+	defer wh.mu.RUnlock()
+	if statuses == nil && n > 0 {
+		return finish(invalidf("statuses is NULL with n = %d", int64(n)), "", err, errlen)
+	}
+	ks, ss, e := batch(wh.man.Domain, keys, offsets, slots, true, n)
+	if e != nil {
+		return finish(e, "", err, errlen)
+	}
+	var st []uint8
+	if n > 0 {
+		st = unsafe.Slice((*uint8)(unsafe.Pointer(statuses)), int(n))
+	}
+	msg, e := wh.write(ks, ss, st)
+	return finish(e, msg, err, errlen)
+}
+
+//export kvrgoWriterClose
+func kvrgoWriterClose(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	wh, e := lookup[*writerHandle](uint64(h), "writer")
+	if e == nil {
+		e = wh.close(uint64(h), "writer")
+	}
+	return finish(e, "", err, errlen)
+}
+
+//export kvrgoWriterStats
+func kvrgoWriterStats(h C.uint64_t, out *C.kvr_writer_stats) (rc C.int) {
+	defer recoverTo(&rc, nil, 0)
+	wh, e := lookup[*writerHandle](uint64(h), "writer")
+	if e != nil {
+		return C.int(codeOf(e))
+	}
+	if out == nil {
+		return kvrEInval
+	}
+	*out = C.kvr_writer_stats{
+		requests: C.int64_t(wh.requests.Load()), pages: C.int64_t(wh.pages.Load()),
+		written: C.int64_t(wh.written.Load()), complete: C.int64_t(wh.complete.Load()),
+		refused: C.int64_t(wh.refused.Load()), replica: C.int64_t(wh.replica.Load()),
+		failed: C.int64_t(wh.failed.Load()), bytes: C.int64_t(wh.bytes.Load()),
+	}
+	return kvrOK
+}
+
+//export kvrgoReaderOpen
+func kvrgoReaderOpen(sh C.uint64_t, m *C.kvr_model, p *C.kvr_placement, pool *C.kvr_pool, h *C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	if m == nil || p == nil || pool == nil || h == nil {
+		return finish(invalidf("model, placement, pool or reader is NULL"), "", err, errlen)
+	}
+	v, e := openReader(uint64(sh), goModel(m), goPlacement(p), goPool(pool))
+	if e == nil {
+		*h = C.uint64_t(v)
+	}
+	return finish(e, "", err, errlen)
+}
+
+//export kvrgoReaderExists
+func kvrgoReaderExists(h C.uint64_t, keys *C.char, offsets *C.int64_t, n C.int64_t, complete *C.int64_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	rh, e := lookup[*readerHandle](uint64(h), "reader")
+	if e != nil {
+		return finish(e, "", err, errlen)
+	}
+	if e = rh.enter(uint64(h), "reader"); e != nil {
+		return finish(e, "", err, errlen)
+	}
+	defer rh.mu.RUnlock()
+	if complete == nil {
+		return finish(invalidf("complete is NULL"), "", err, errlen)
+	}
+	ks, _, e := batch(rh.domain, keys, offsets, nil, false, n)
+	if e != nil {
+		return finish(e, "", err, errlen)
+	}
+	c, e := rh.exists(ks)
+	if e == nil {
+		*complete = C.int64_t(c)
+	}
+	return finish(e, "", err, errlen)
+}
+
+//export kvrgoReaderRead
+func kvrgoReaderRead(h C.uint64_t, keys *C.char, offsets, slots *C.int64_t, n C.int64_t, res *C.kvr_read_result, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	rh, e := lookup[*readerHandle](uint64(h), "reader")
+	if e != nil {
+		return finish(e, "", err, errlen)
+	}
+	if e = rh.enter(uint64(h), "reader"); e != nil {
+		return finish(e, "", err, errlen)
+	}
+	defer rh.mu.RUnlock()
+	if res == nil {
+		return finish(invalidf("res is NULL"), "", err, errlen)
+	}
+	ks, ss, e := batch(rh.domain, keys, offsets, slots, true, n)
+	if e != nil {
+		return finish(e, "", err, errlen)
+	}
+	r, e := rh.read(ks, ss)
+	if e != nil {
+		return finish(e, "", err, errlen)
+	}
+	*res = C.kvr_read_result{hit: C.int64_t(r.Hit), bytes: C.int64_t(r.Bytes), ops: C.int64_t(r.Ops), stop: C.int32_t(stopCode(r.Stop))}
+	msg := ""
+	if r.Stop != nil {
+		msg = r.Stop.Error()
+	}
+	return finish(nil, msg, err, errlen)
+}
+
+//export kvrgoReaderStats
+func kvrgoReaderStats(h C.uint64_t, out *C.kvr_reader_stats) (rc C.int) {
+	defer recoverTo(&rc, nil, 0)
+	rh, e := lookup[*readerHandle](uint64(h), "reader")
+	if e != nil {
+		return C.int(codeOf(e))
+	}
+	if out == nil {
+		return kvrEInval
+	}
+	s := rh.r.Stats()
+	*out = C.kvr_reader_stats{
+		requests: C.int64_t(s.Requests), pages: C.int64_t(s.Pages), hits: C.int64_t(s.Hits), misses: C.int64_t(s.Misses),
+		bytes: C.int64_t(s.Bytes), ops: C.int64_t(s.Ops), manifests_rejected: C.int64_t(s.ManifestsRejected),
+		fallbacks: C.int64_t(s.Fallbacks),
+	}
+	return kvrOK
+}
+
+//export kvrgoReaderClose
+func kvrgoReaderClose(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	rh, e := lookup[*readerHandle](uint64(h), "reader")
+	if e == nil {
+		e = rh.close(uint64(h), "reader")
+	}
+	return finish(e, "", err, errlen)
+}

@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime/cgo"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/plan"
+	"github.com/kvreshard/kvreshard/runtime/reshard"
+	"github.com/kvreshard/kvreshard/runtime/store"
+)
+
+// A handle is a runtime/cgo.Handle of a *storeHandle, *writerHandle or
+// *readerHandle. cgo handles are never reused, so a closed handle cannot
+// name a newer object: its Value panics, which lookup turns into
+// KVR_ECLOSED.
+
+// storeHandle is an open store. Writers and readers opened on it count as
+// its users: closing the handle closes the store once the last user closes.
+type storeHandle struct {
+	url string
+	st  store.Store
+
+	mu     sync.Mutex
+	closed bool // the handle is closed
+	users  int  // open writers and readers
+}
+
+// use registers a writer or reader of the store.
+func (s *storeHandle) use(h uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errorf(kvrEClosed, "store handle %d is closed", h)
+	}
+	s.users++
+	return nil
+}
+
+// release unregisters a writer or reader, closing the store when it was
+// the last user of a closed handle.
+func (s *storeHandle) release() error {
+	s.mu.Lock()
+	s.users--
+	last := s.closed && s.users == 0
+	s.mu.Unlock()
+	if last {
+		return s.closeStore()
+	}
+	return nil
+}
+
+func (s *storeHandle) closeStore() error {
+	if err := s.st.Close(); err != nil {
+		return errorf(kvrEStore, "close store %s: %v", s.url, err)
+	}
+	return nil
+}
+
+// poolUser is what writers and readers share: the caller's pool and the
+// lock that makes close wait for the calls in progress.
+type poolUser struct {
+	store *storeHandle
+
+	mu      sync.RWMutex // read-held by each call, held by close
+	closed  bool
+	regions [][]byte // the caller's pool memory, valid until close
+}
+
+// enter starts a call on the handle: the caller must call mu.RUnlock
+// when it returns nil.
+func (p *poolUser) enter(h uint64, kind string) error {
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return errorf(kvrEClosed, "%s handle %d is closed", kind, h)
+	}
+	return nil
+}
+
+// close marks the handle closed once the calls in progress return,
+// forgets the pool, and releases the store.
+func (p *poolUser) close(h uint64, kind string) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return errorf(kvrEClosed, "%s handle %d is closed", kind, h)
+	}
+	p.closed = true
+	p.regions = nil
+	p.mu.Unlock()
+	cgo.Handle(h).Delete()
+	return p.store.release()
+}
+
+// writerHandle is an open writer.
+type writerHandle struct {
+	poolUser
+	w         *reshard.Writer
+	man       *manifest.Manifest
+	partBytes int64 // bytes of the part this rank writes
+
+	pubMu     sync.Mutex
+	published atomic.Bool
+
+	requests, pages, written, complete, refused, replica, failed, bytes atomic.Int64
+}
+
+// readerHandle is an open reader.
+type readerHandle struct {
+	poolUser
+	r      *reshard.Reader
+	domain string
+}
+
+func kindName(v any) string {
+	switch v.(type) {
+	case *storeHandle:
+		return "store"
+	case *writerHandle:
+		return "writer"
+	case *readerHandle:
+		return "reader"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// lookup returns the object of handle h, which must be a T called kind.
+func lookup[T any](h uint64, kind string) (obj T, err error) {
+	if h == 0 {
+		return obj, errorf(kvrEClosed, "%s handle 0 is not a handle", kind)
+	}
+	v, ok := value(h)
+	if !ok {
+		return obj, errorf(kvrEClosed, "%s handle %d is closed or was never opened", kind, h)
+	}
+	if obj, ok = v.(T); !ok {
+		return obj, invalidf("handle %d is a %s, not a %s", h, kindName(v), kind)
+	}
+	return obj, nil
+}
+
+// value returns the value of cgo handle h, and false when it is not one
+// (Value panics on a deleted or unknown handle).
+func value(h uint64) (v any, ok bool) {
+	defer func() {
+		if recover() != nil {
+			v, ok = nil, false
+		}
+	}()
+	return cgo.Handle(h).Value(), true
+}
+
+// openStore opens the store a URL names.
+func openStore(url string) (uint64, error) {
+	st, err := store.Open(context.Background(), url)
+	if err != nil {
+		var ue *store.URLError
+		if errors.As(err, &ue) {
+			return 0, invalidf("%v", err)
+		}
+		return 0, errorf(kvrEStore, "open store %s: %v", url, err)
+	}
+	return uint64(cgo.NewHandle(&storeHandle{url: url, st: st})), nil
+}
+
+// closeStore closes a store handle, and the store unless writers or
+// readers still use it.
+func closeStore(h uint64) error {
+	s, err := lookup[*storeHandle](h, "store")
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errorf(kvrEClosed, "store handle %d is closed", h)
+	}
+	s.closed = true
+	last := s.users == 0
+	s.mu.Unlock()
+	cgo.Handle(h).Delete()
+	if last {
+		return s.closeStore()
+	}
+	return nil
+}
+
+// openWriter opens the writer of rank pa of model ma from pool a, storing
+// pages in part layout part ("" for the pool's default).
+func openWriter(sh uint64, ma modelArgs, pa placementArgs, a *poolArgs, part string) (uint64, error) {
+	s, err := lookup[*storeHandle](sh, "store")
+	if err != nil {
+		return 0, err
+	}
+	model, err := buildModel(ma)
+	if err != nil {
+		return 0, err
+	}
+	d := &model.Descriptor
+	t, r, err := buildPlacement(d, pa)
+	if err != nil {
+		return 0, err
+	}
+	b, err := binding(d, t, r, a)
+	if err != nil {
+		return 0, err
+	}
+	pl, err := partLayout(part, b.Layout)
+	if err != nil {
+		return 0, err
+	}
+	m, err := plan.ManifestFor(model.Domain(), d, t, pl)
+	if err != nil {
+		return 0, invalidf("writer: %v", err)
+	}
+	idx, writes, err := t.Writer(d, r)
+	if err != nil {
+		return 0, invalidf("placement: %v", err)
+	}
+	w, err := reshard.NewWriter(s.st, m, idx, writes, b)
+	if err != nil {
+		return 0, invalidf("writer: %v", err)
+	}
+	regs, err := regions(w.Geometry(), a)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.use(sh); err != nil {
+		return 0, err
+	}
+	wh := &writerHandle{poolUser: poolUser{store: s, regions: regs}, w: w, man: m, partBytes: int64(m.PartBytes(idx))}
+	return uint64(cgo.NewHandle(wh)), nil
+}
+
+// publish stores the writer's manifest and checks that it reads back
+// unchanged (reshard.Publish, with its failures told apart: the store's
+// are KVR_ESTORE, a manifest stored with other bytes KVR_EMANIFEST).
+func (wh *writerHandle) publish(ctx context.Context) error {
+	wh.pubMu.Lock()
+	defer wh.pubMu.Unlock()
+	st, m := wh.store.st, wh.man
+	enc := m.Encode()
+	if err := st.PutMeta(ctx, m.Key(), enc); err != nil {
+		if errors.Is(err, store.ErrMetaConflict) {
+			return errorf(kvrEManifest, "publish manifest %s: %v", m.Key(), err)
+		}
+		return errorf(kvrEStore, "publish manifest %s: %v", m.Key(), err)
+	}
+	back, err := st.GetMeta(ctx, m.Key())
+	if err != nil {
+		return errorf(kvrEStore, "read back manifest %s: %v", m.Key(), err)
+	}
+	if !bytes.Equal(back, enc) {
+		return errorf(kvrEManifest, "manifest %s reads back as other bytes", m.Key())
+	}
+	wh.published.Store(true)
+	return nil
+}
+
+// write writes the pages keys from slots, one status each into statuses.
+// The error is for the batch; the message names the first page refused
+// or failed.
+func (wh *writerHandle) write(keys []string, slots []int, statuses []uint8) (string, error) {
+	ctx := context.Background()
+	if len(keys) == 0 {
+		return "", nil
+	}
+	if msg, bad := badSlot(slots, wh.w.Geometry()); bad {
+		return "", invalidf("%s", msg)
+	}
+	if !wh.published.Load() {
+		if err := wh.publish(ctx); err != nil {
+			return "", err
+		}
+	}
+	// The arguments are checked: what fails now is the batch query.
+	res, err := wh.w.Write(ctx, keys, slots, wh.regions)
+	if err != nil {
+		return "", errorf(kvrEStore, "%v", err)
+	}
+	wh.requests.Add(1)
+	wh.pages.Add(int64(len(keys)))
+	msg := ""
+	for i, pr := range res {
+		statuses[i] = statusCode(pr.Status)
+		switch pr.Status {
+		case reshard.Written:
+			wh.written.Add(1)
+			wh.bytes.Add(wh.partBytes)
+		case reshard.Complete:
+			wh.complete.Add(1)
+		case reshard.Refused:
+			wh.refused.Add(1)
+		case reshard.Replica:
+			wh.replica.Add(1)
+		default:
+			wh.failed.Add(1)
+		}
+		if msg == "" && (pr.Status == reshard.Refused || pr.Status == reshard.Failed) {
+			msg = fmt.Sprintf("%s %s: %v", describe(i, pr.Key), pr.Status, pr.Err)
+		}
+	}
+	return msg, nil
+}
+
+// badSlot returns the message of the first slot outside the pool.
+func badSlot(slots []int, g *plan.Geometry) (string, bool) {
+	for i, s := range slots {
+		if s < 0 || s >= g.Slots {
+			return fmt.Sprintf("slot %d of page %d is outside the pool's %d slots", s, i, g.Slots), true
+		}
+	}
+	return "", false
+}
+
+// openReader opens the reader of rank pa of model ma into pool a.
+func openReader(sh uint64, ma modelArgs, pa placementArgs, a *poolArgs) (uint64, error) {
+	s, err := lookup[*storeHandle](sh, "store")
+	if err != nil {
+		return 0, err
+	}
+	model, err := buildModel(ma)
+	if err != nil {
+		return 0, err
+	}
+	d := &model.Descriptor
+	t, r, err := buildPlacement(d, pa)
+	if err != nil {
+		return 0, err
+	}
+	b, err := binding(d, t, r, a)
+	if err != nil {
+		return 0, err
+	}
+	tr := plan.StoreTransport(s.url)
+	domain := model.Domain()
+	rd, err := reshard.NewReader(s.st, domain, d, b, reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto, Transport: &tr}})
+	if err != nil {
+		return 0, invalidf("reader: %v", err)
+	}
+	regs, err := regions(rd.Geometry(), a)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.use(sh); err != nil {
+		return 0, err
+	}
+	rh := &readerHandle{poolUser: poolUser{store: s, regions: regs}, r: rd, domain: domain}
+	return uint64(cgo.NewHandle(rh)), nil
+}
+
+// exists returns how many leading pages of keys are complete.
+func (rh *readerHandle) exists(keys []string) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	objs, err := rh.store.st.Query(context.Background(), keys)
+	if err != nil {
+		return 0, errorf(kvrEStore, "query: %v", err)
+	}
+	for i, o := range objs {
+		if !o.Complete {
+			return i, nil
+		}
+	}
+	return len(objs), nil
+}
+
+// read reads the leading complete pages of keys into slots.
+func (rh *readerHandle) read(keys []string, slots []int) (reshard.Result, error) {
+	res, err := rh.r.Read(context.Background(), keys, slots, rh.regions)
+	if err != nil {
+		return res, invalidf("%v", err)
+	}
+	return res, nil
+}

@@ -1,0 +1,247 @@
+/*
+ * kvreshard.h: the C API of libkvreshard, ABI version 1.
+ *
+ * libkvreshard writes the KV-cache pages of one serving rank's host pool
+ * into a store and reads them back into any other rank's pool, whatever the
+ * writer's and the reader's TP, PP and memory layouts. It is kvreshard's Go
+ * runtime built as a shared library; this hand-written header is its stable
+ * interface (the header Go generates beside the library is not: do not
+ * include it).
+ *
+ * Build (from the repository root, Go 1.26 and gcc):
+ *
+ *     go build -buildmode=c-shared -o libkvreshard.so ./cmd/libkvreshard
+ *
+ * and compile against it:
+ *
+ *     gcc -I cmd/libkvreshard app.c -L. -lkvreshard -Wl,-rpath,'$ORIGIN'
+ *
+ * Conventions (as SQLite's and zstd's):
+ *
+ *   - Every function returns an int code, KVR_OK (0) on success. Functions
+ *     that can fail for a reason worth reading take `char *err, size_t
+ *     errlen` and write a NUL-terminated message there (lower-case, naming
+ *     what is wrong and where; truncated to fit, at a UTF-8 boundary; err may
+ *     be NULL, and errlen 0 writes nothing). On KVR_OK the message is empty,
+ *     except that kvr_reader_read says there why it stopped early and
+ *     kvr_writer_write names the first page that was refused or failed.
+ *   - Nothing is allocated across the boundary: every output goes into memory
+ *     the caller passes. C never holds a Go pointer.
+ *   - Handles (store, writer, reader) are opaque uint64_t values, never 0,
+ *     never reused. Each is closed explicitly with its own close function.
+ *     A closed or unknown handle gives KVR_ECLOSED; a handle of the wrong
+ *     kind (a writer given to a reader function) KVR_EINVAL.
+ *   - Every function may be called from several threads at once, on the same
+ *     handles. A close waits for the calls in progress on that handle; after
+ *     it returns the library does not touch the handle's pool again.
+ *   - A store handle may be closed while writers or readers opened on it are
+ *     still open: its handle is then closed at once, and the store itself
+ *     when the last of them closes.
+ *   - Fork: Go does not survive fork(). Every function except kvr_version,
+ *     called in a forked child of the process that loaded the library,
+ *     returns KVR_EFORK at once, without entering Go: the library marks a
+ *     child with a pthread_atfork handler (fork() of the C library runs
+ *     it; Python's os.fork and multiprocessing's fork do), and the message
+ *     names the child and the process that loaded the library. Load the
+ *     library in processes started by spawn or exec, or after the fork.
+ *   - Pointers the caller passes must be valid for the sizes it states;
+ *     a wrong pointer is undefined behaviour, as in any C library.
+ *
+ * Keys: a page's key is its identity within the model (for SGLang its page
+ * hash, a hash of the token prefix): a non-empty byte string without '_'. A
+ * batch of n keys is one buffer holding them concatenated and n + 1 offsets:
+ * key i is keys[offsets[i] .. offsets[i+1]). The library stores page `key`
+ * under "kvreshard_" key "_" <model domain>, so that the model's name,
+ * revision, namespace, fingerprint, dtype and shape (its domain, see
+ * kvr_model_domain) are part of every store key: pages of another dtype or
+ * tenant are never shared. The kvreshard command's `read --pages N` reads
+ * the pages whose keys are the 16-hex-digit numbers i * 0x9e3779b97f4a7c15
+ * (printf "%016" PRIx64), i = 0..N-1, of a model with the same fields.
+ */
+#ifndef KVRESHARD_H
+#define KVRESHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ABI version this header describes; kvr_version() returns the
+ * library's. */
+#define KVR_ABI_VERSION 1
+
+/* Return codes. */
+#define KVR_OK 0        /* success */
+#define KVR_EINVAL 1    /* bad argument: model, placement, pool, keys, slots, handle kind */
+#define KVR_ESTORE 2    /* the store failed or cannot be reached */
+#define KVR_EMANIFEST 3 /* a manifest was rejected (publish read back other bytes) */
+#define KVR_ECLOSED 4   /* unknown or closed handle */
+#define KVR_EFORK 5     /* called in a forked child of the process that loaded the library */
+#define KVR_EINTERNAL 6 /* a bug in the library; the message says what */
+
+/* What kvr_writer_write did with each page (one byte per page). */
+#define KVR_WRITTEN 0  /* this rank's part of the page was written */
+#define KVR_COMPLETE 1 /* the page was already complete: skipped, its stored layout kept */
+#define KVR_REFUSED 2  /* the page is being written in another layout */
+#define KVR_REPLICA 3  /* this rank holds a replica of heads another TP rank writes */
+#define KVR_FAILED 4   /* the write failed (err names the first such page) */
+
+/* Why kvr_reader_read stopped before the last page (kvr_read_result.stop). */
+#define KVR_STOP_NONE 0     /* every page was read */
+#define KVR_STOP_MISS 1     /* a page is missing, incomplete, or went away while read */
+#define KVR_STOP_BUDGET 2   /* the prefetch budget was reached */
+#define KVR_STOP_CANCELED 3 /* the read was canceled */
+#define KVR_STOP_MANIFEST 4 /* a page's manifest was rejected (missing, corrupt, another model) */
+#define KVR_STOP_FAILED 5   /* a read failed (the store, a checksum) */
+
+/* A model: everything that changes the content of its KV cache. */
+typedef struct {
+    int32_t layers;     /* 1..4096; the layers are 0..layers-1 */
+    int32_t kv_heads;   /* KV heads of the whole model */
+    int32_t head_dim;   /* elements of a K head (of the latent with mla) */
+    int32_t v_head_dim; /* elements of a V head; 0 = head_dim; must be 0 with mla */
+    int32_t page;       /* tokens per page */
+    int32_t mla;        /* 0, or 1: one latent component instead of K and V */
+    const char *dtype;  /* "fp32", "bf16", "fp16" or "fp8" */
+    /* The model's identity, NUL-terminated UTF-8; NULL = "". They enter the
+     * model domain, so that another model, revision, tenant or semantic
+     * variant never shares pages. The kvreshard command's defaults are
+     * name "model", revision "0", namespace "kvreshard", fingerprint "". */
+    const char *name, *revision, *namespace_, *fingerprint;
+} kvr_model;
+
+/* A rank's place in a TP x PP topology. */
+typedef struct {
+    int32_t tp, pp;           /* tensor- and pipeline-parallel sizes */
+    int32_t tp_rank, pp_rank; /* this rank: 0 <= tp_rank < tp, 0 <= pp_rank < pp */
+    /* The layers of each PP stage, pp entries summing to the model's layers,
+     * or NULL for kvreshard's even split (remainder to the first stages).
+     * Frameworks split differently: pass the framework's split. */
+    const int32_t *pp_layers;
+} kvr_placement;
+
+/* A rank's host pool: caller-owned memory registered at open. It must stay
+ * valid, and not be freed or unmapped, until the writer or reader that uses
+ * it is closed. The pool holds the rank's share only: its layers (PP) and
+ * its KV heads (TP). */
+typedef struct {
+    /* A pool layout: "page_first" ([slot][token][layer][head][dim] per
+     * component), "page_first_direct" ([slot][layer][token][head][dim]),
+     * "layer_first" ([layer][slot][token][head][dim]) or "page_head"
+     * ([slot][head][token][layer][dim]): SGLang's host pools. */
+    const char *layout;
+    /* The layout's regions in order: K then V (2), or the latent (1) with
+     * mla. Each holds at least the region's bytes for `slots` pages; only
+     * those bytes are ever touched. Regions must not overlap. */
+    int32_t nregions;
+    void *const *bases;    /* nregions base addresses */
+    const uint64_t *sizes; /* nregions sizes in bytes */
+    int64_t slots;         /* pages the pool holds */
+} kvr_pool;
+
+/* kvr_version returns the ABI version of the library (KVR_ABI_VERSION of
+ * the header it was built with). Compare it with KVR_ABI_VERSION. */
+int kvr_version(void);
+
+/* kvr_set_max_procs caps at n the threads that run Go code at once
+ * (GOMAXPROCS); n <= 0 only reads the cap. *prev (when prev is not NULL)
+ * gets the cap before the call. Call it before opening readers: a reader
+ * runs its copies on as many threads as the cap at its open. Eight ranks on
+ * one host each capped at cores/8 do not start a thread per core each. */
+int kvr_set_max_procs(int32_t n, int32_t *prev);
+
+/* kvr_model_domain writes the model domain of *m, 64 lower-case hex digits
+ * and a NUL, into out (outlen at least 65). */
+int kvr_model_domain(const kvr_model *m, char *out, size_t outlen, char *err, size_t errlen);
+
+/* kvr_store_open opens the store a URL names: "file:///abs/dir" (a
+ * directory shared by processes, created if missing), "mem://" (a new
+ * store in this process) or "mem://name" (one per name in this process),
+ * "redis://host:port" or "redis+cluster://host:port". A malformed URL is
+ * KVR_EINVAL, a store that cannot be reached KVR_ESTORE. */
+int kvr_store_open(const char *url, uint64_t *store, char *err, size_t errlen);
+int kvr_store_close(uint64_t store, char *err, size_t errlen);
+
+/* kvr_writer_open opens the writer of rank *p of model *m, whose pages are
+ * in *pool. The pages are stored in part layout part_layout: "PLHD"
+ * (token-major), "LPHD" (layer-major) or "HPLD" (head-major); NULL takes the
+ * pool's: PLHD for page_first, LPHD for page_first_direct and layer_first,
+ * HPLD for page_head. Every rank of one topology must use the same. */
+int kvr_writer_open(uint64_t store, const kvr_model *m, const kvr_placement *p, const kvr_pool *pool,
+                    const char *part_layout, uint64_t *writer, char *err, size_t errlen);
+
+/* kvr_writer_publish stores the writer's manifest (its topology and part
+ * layout) as a pinned metadata object, reads it back and compares; the
+ * first kvr_writer_write does it when it was not done. Other bytes read
+ * back are KVR_EMANIFEST, a store that fails KVR_ESTORE. */
+int kvr_writer_publish(uint64_t writer, char *err, size_t errlen);
+
+/* kvr_writer_write writes this rank's part of the n pages keys (see Keys
+ * above), page i held at pool slot slots[i], and puts one KVR_WRITTEN ..
+ * KVR_FAILED byte per page into statuses. It skips pages already complete.
+ * A page is readable once every part of it is written (every PP stage, and
+ * every distinct head interval of TP). It returns an error only for bad
+ * arguments, a failed publish, or a failed batch query; a page that was
+ * refused or failed is KVR_OK, named in err. */
+int kvr_writer_write(uint64_t writer, const char *keys, const int64_t *offsets, const int64_t *slots,
+                     int64_t n, uint8_t *statuses, char *err, size_t errlen);
+int kvr_writer_close(uint64_t writer, char *err, size_t errlen);
+
+/* kvr_reader_open opens the reader of rank *p of model *m into *pool. It
+ * reads pages written by any topology and part layout of the same model. */
+int kvr_reader_open(uint64_t store, const kvr_model *m, const kvr_placement *p, const kvr_pool *pool,
+                    uint64_t *reader, char *err, size_t errlen);
+
+/* kvr_reader_exists puts into *complete how many leading pages of the n
+ * keys are complete in the store. */
+int kvr_reader_exists(uint64_t reader, const char *keys, const int64_t *offsets, int64_t n,
+                      int64_t *complete, char *err, size_t errlen);
+
+/* What one kvr_reader_read did. */
+typedef struct {
+    int64_t hit;   /* leading pages read in full; only their slots may be used */
+    int64_t bytes; /* bytes read into the pool */
+    int64_t ops;   /* range reads issued */
+    int32_t stop;  /* KVR_STOP_*: why it stopped before the last page */
+} kvr_read_result;
+
+/* kvr_reader_read reads the leading run of complete pages of the n keys,
+ * page i into pool slot slots[i] (slots distinct), and says in *res how
+ * many it read in full. A miss, a rejected manifest or a failed read is not
+ * an error: the call returns KVR_OK with res->stop set and the reason in
+ * err; the slots of pages past res->hit may hold partial bytes. Errors are
+ * bad arguments only. */
+int kvr_reader_read(uint64_t reader, const char *keys, const int64_t *offsets, const int64_t *slots,
+                    int64_t n, kvr_read_result *res, char *err, size_t errlen);
+
+/* A reader's counters since its open. */
+typedef struct {
+    int64_t requests;           /* kvr_reader_read calls */
+    int64_t pages;              /* pages requested */
+    int64_t hits;               /* pages read in full */
+    int64_t misses;             /* pages requested but not read */
+    int64_t bytes;              /* bytes read into the pool */
+    int64_t ops;                /* range reads issued */
+    int64_t manifests_rejected; /* manifests missing, corrupt or of another model */
+    int64_t fallbacks;          /* layouts planned on the interpreter (no generated kernel) */
+} kvr_reader_stats;
+
+/* A writer's counters since its open. */
+typedef struct {
+    int64_t requests; /* kvr_writer_write calls that wrote or checked pages */
+    int64_t pages;    /* pages given to them */
+    int64_t written, complete, refused, replica, failed; /* pages by status */
+    int64_t bytes;    /* bytes of the parts written */
+} kvr_writer_stats;
+
+int kvr_reader_stats_get(uint64_t reader, kvr_reader_stats *out);
+int kvr_writer_stats_get(uint64_t writer, kvr_writer_stats *out);
+int kvr_reader_close(uint64_t reader, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVRESHARD_H */

@@ -1,0 +1,840 @@
+/*
+ * kvreshard_test.c: libkvreshard used from C the way a C++ serving
+ * framework would, linked through kvreshard.h only.
+ *
+ *     kvreshard_test DIR         run every test against the file store in DIR
+ *     kvreshard_test bench N     time N empty kvr_reader_read calls (n = 0)
+ *
+ * Three writer ranks of TP1/PP3 write pages from page_first pools; four
+ * reader ranks of TP2/PP2 (its own PP split) read them into layer_first,
+ * page_head and page_first_direct pools. Every element is checked against
+ * an oracle computed here from its logical [component, token, layer, head,
+ * element] index: the library computes no expectation. Prints "ok" and
+ * exits 0 when every check passed; otherwise each failure is printed with
+ * its line and the exit status is 1.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvreshard.h"
+
+/* The model: K and V head dims differ, 7 layers split 3/2/2 by the writers'
+ * even split and 4/3 by the readers' own. */
+#define LAYERS 7
+#define KV_HEADS 4
+#define HEAD_DIM 8
+#define V_HEAD_DIM 4
+#define PAGE 4
+#define NPAGES 10
+#define SENTINEL 0xffffffffu
+
+static int failures;
+
+#define CHECK(cond, ...)                                                         \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            failures++;                                                          \
+            fprintf(stderr, "kvreshard_test.c:%d: check failed: %s: ", __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                        \
+            fprintf(stderr, "\n");                                               \
+        }                                                                        \
+    } while (0)
+
+/* CHECK_MSG checks a call's code and its exact message. */
+#define CHECK_MSG(rc, want_rc, err, want_msg)                                         \
+    do {                                                                              \
+        CHECK((rc) == (want_rc), "code %d, want %d (%s)", (rc), (want_rc), (err));   \
+        CHECK(strcmp((err), (want_msg)) == 0, "message\n  %s\nwant\n  %s", (err), (want_msg)); \
+    } while (0)
+
+/* oracle is the content of element e of head h, layer l, token t of
+ * component c (0 K, 1 V) of page p: a mix of the logical index, never the
+ * sentinel. */
+static uint32_t oracle(int p, int c, int t, int l, int h, int e) {
+    uint64_t x = (((((uint64_t)p * 2 + c) * PAGE + t) * LAYERS + l) * KV_HEADS + h) * HEAD_DIM + e;
+    x = (x + 1) * UINT64_C(0x9e3779b97f4a7c15);
+    x ^= x >> 31;
+    x *= UINT64_C(0xbf58476d1ce4e5b9);
+    x ^= x >> 29;
+    return (uint32_t)x & 0x7fffffffu;
+}
+
+static int dim(int c) { return c == 0 ? HEAD_DIM : V_HEAD_DIM; }
+
+/* rank_pool is one rank's pool, laid out by this file, not the library. */
+typedef struct {
+    const char *layout;
+    int32_t tp, pp, tp_rank, pp_rank;
+    const int32_t *pp_layers;
+    int l0, nl, h0, nh; /* the rank's layers and heads */
+    int64_t slots;
+    uint32_t *reg[2];
+    uint64_t size[2];
+    void *bases[2];
+} rank_pool;
+
+static void pool_init(rank_pool *rp, const char *layout, int tp, int pp, int tp_rank, int pp_rank,
+                      const int32_t *pp_layers, int64_t slots) {
+    memset(rp, 0, sizeof *rp);
+    rp->layout = layout;
+    rp->tp = tp, rp->pp = pp, rp->tp_rank = tp_rank, rp->pp_rank = pp_rank;
+    rp->pp_layers = pp_layers;
+    rp->slots = slots;
+    /* The stage's layers: the given split, or even with the remainder to
+     * the first stages. */
+    int lo = 0, n = 0;
+    for (int s = 0; s <= pp_rank; s++) {
+        lo += n;
+        n = pp_layers ? pp_layers[s] : LAYERS / pp + (s < LAYERS % pp);
+    }
+    rp->l0 = lo, rp->nl = n;
+    rp->nh = KV_HEADS / tp, rp->h0 = tp_rank * rp->nh;
+    for (int c = 0; c < 2; c++) {
+        rp->size[c] = (uint64_t)slots * PAGE * rp->nl * rp->nh * dim(c) * sizeof(uint32_t);
+        rp->reg[c] = malloc(rp->size[c]);
+        memset(rp->reg[c], 0xff, rp->size[c]);
+        rp->bases[c] = rp->reg[c];
+    }
+}
+
+static void pool_free(rank_pool *rp) {
+    free(rp->reg[0]);
+    free(rp->reg[1]);
+}
+
+/* at is the element index of (slot s, token t, local layer l, local head h,
+ * element e) in component c's region, for each pool layout. */
+static size_t at(const rank_pool *rp, int c, int64_t s, int t, int l, int h, int e) {
+    size_t S = rp->slots, L = rp->nl, H = rp->nh, D = dim(c);
+    if (strcmp(rp->layout, "page_first") == 0) { /* S T L H D */
+        return (((s * PAGE + t) * L + l) * H + h) * D + e;
+    }
+    if (strcmp(rp->layout, "page_first_direct") == 0) { /* S L T H D */
+        return (((s * L + l) * PAGE + t) * H + h) * D + e;
+    }
+    if (strcmp(rp->layout, "layer_first") == 0) { /* L S T H D */
+        return (((l * S + s) * PAGE + t) * H + h) * D + e;
+    }
+    if (strcmp(rp->layout, "page_head") == 0) { /* S H T L D */
+        return (((s * H + h) * PAGE + t) * L + l) * D + e;
+    }
+    fprintf(stderr, "no layout %s\n", rp->layout);
+    abort();
+}
+
+/* fill puts page p's share into slot s. */
+static void fill(rank_pool *rp, int64_t s, int p) {
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < PAGE; t++)
+            for (int l = 0; l < rp->nl; l++)
+                for (int h = 0; h < rp->nh; h++)
+                    for (int e = 0; e < dim(c); e++)
+                        rp->reg[c][at(rp, c, s, t, l, h, e)] = oracle(p, c, t, rp->l0 + l, rp->h0 + h, e);
+}
+
+/* verify checks every element of slot s: page p's share, or the sentinel
+ * when p < 0 (a slot nothing was read into). It returns the mismatches and
+ * prints the first. */
+static int verify(const rank_pool *rp, int64_t s, int p, int line) {
+    int bad = 0;
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < PAGE; t++)
+            for (int l = 0; l < rp->nl; l++)
+                for (int h = 0; h < rp->nh; h++)
+                    for (int e = 0; e < dim(c); e++) {
+                        uint32_t got = rp->reg[c][at(rp, c, s, t, l, h, e)];
+                        uint32_t want = p < 0 ? SENTINEL : oracle(p, c, t, rp->l0 + l, rp->h0 + h, e);
+                        if (got != want && bad++ == 0) {
+                            fprintf(stderr,
+                                    "kvreshard_test.c:%d: %s rank %d/%d slot %" PRId64 " page %d: "
+                                    "component %d token %d layer %d head %d element %d is %08x, want %08x\n",
+                                    line, rp->layout, rp->tp_rank, rp->pp_rank, s, p, c, t, rp->l0 + l,
+                                    rp->h0 + h, e, got, want);
+                        }
+                    }
+    if (bad) {
+        failures++;
+    }
+    return bad;
+}
+
+static kvr_pool pool_of(rank_pool *rp) {
+    kvr_pool p = {rp->layout, 2, rp->bases, rp->size, rp->slots};
+    return p;
+}
+
+static kvr_placement placement_of(const rank_pool *rp) {
+    kvr_placement p = {rp->tp, rp->pp, rp->tp_rank, rp->pp_rank, rp->pp_layers};
+    return p;
+}
+
+/* The model, with the kvreshard command's identity defaults, so that its
+ * read finds these pages. */
+static kvr_model model(void) {
+    kvr_model m = {LAYERS, KV_HEADS, HEAD_DIM, V_HEAD_DIM, PAGE, 0, "fp32", "model", "0", "kvreshard", NULL};
+    return m;
+}
+
+/* A batch of keys: one buffer and n + 1 offsets. */
+typedef struct {
+    char buf[4096];
+    int64_t off[64];
+    int64_t n;
+} keys;
+
+static void keys_add(keys *k, const char *key) {
+    if (k->n == 0) {
+        k->off[0] = 0;
+    }
+    size_t len = strlen(key);
+    memcpy(k->buf + k->off[k->n], key, len);
+    k->off[k->n + 1] = k->off[k->n] + (int64_t)len;
+    k->n++;
+}
+
+/* page_key is the key of page p: the kvreshard command's synthetic token
+ * hash, p times a large odd constant in hex. */
+static void keys_add_page(keys *k, int p) {
+    char s[32];
+    snprintf(s, sizeof s, "%016" PRIx64, (uint64_t)((uint64_t)p * UINT64_C(0x9e3779b97f4a7c15)));
+    keys_add(k, s);
+}
+
+static keys page_keys(int from, int to) {
+    keys k = {0};
+    for (int p = from; p < to; p++) {
+        keys_add_page(&k, p);
+    }
+    return k;
+}
+
+static char err[512];
+
+static uint64_t open_writer(uint64_t st, rank_pool *rp, const char *part) {
+    kvr_model m = model();
+    kvr_placement pl = placement_of(rp);
+    kvr_pool pool = pool_of(rp);
+    uint64_t w = 0;
+    int rc = kvr_writer_open(st, &m, &pl, &pool, part, &w, err, sizeof err);
+    CHECK(rc == KVR_OK && w != 0, "writer_open %s rank %d/%d: %d %s", rp->layout, rp->tp_rank, rp->pp_rank, rc, err);
+    return w;
+}
+
+static uint64_t open_reader(uint64_t st, rank_pool *rp) {
+    kvr_model m = model();
+    kvr_placement pl = placement_of(rp);
+    kvr_pool pool = pool_of(rp);
+    uint64_t r = 0;
+    int rc = kvr_reader_open(st, &m, &pl, &pool, &r, err, sizeof err);
+    CHECK(rc == KVR_OK && r != 0, "reader_open %s rank %d/%d: %d %s", rp->layout, rp->tp_rank, rp->pp_rank, rc, err);
+    return r;
+}
+
+/* write_pages writes pages [from, to), held at slot p, with writer w and
+ * checks every status is want. */
+static void write_pages(uint64_t w, int from, int to, uint8_t want) {
+    keys k = page_keys(from, to);
+    int64_t slots[64];
+    uint8_t st[64];
+    for (int p = from; p < to; p++) {
+        slots[p - from] = p;
+    }
+    memset(st, 0xee, sizeof st);
+    int rc = kvr_writer_write(w, k.buf, k.off, slots, k.n, st, err, sizeof err);
+    CHECK(rc == KVR_OK, "writer_write: %d %s", rc, err);
+    for (int i = 0; i < k.n; i++) {
+        CHECK(st[i] == want, "page %d status %d, want %d (%s)", from + i, st[i], want, err);
+    }
+}
+
+/* The pools of the three TP1/PP3 writer ranks: page p at slot p. */
+static rank_pool writers[3];
+
+/* The readers' PP split, not kvreshard's even one (4/3). */
+static const int32_t reader_split[2] = {4, 3};
+
+/* A page written by writer ranks 0 and 1 only: never complete. */
+#define PARTIAL NPAGES
+
+static void test_write(uint64_t st) {
+    uint64_t w[3], h[3];
+    for (int r = 0; r < 3; r++) {
+        pool_init(&writers[r], "page_first", 1, 3, 0, r, NULL, NPAGES + 1);
+        for (int p = 0; p <= PARTIAL; p++) {
+            fill(&writers[r], p, p);
+        }
+        w[r] = open_writer(st, &writers[r], NULL);    /* PLHD */
+        h[r] = open_writer(st, &writers[r], "HPLD"); /* same pool, another part layout */
+    }
+    int rc = kvr_writer_publish(w[0], err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+
+    /* Pages 0-5 in PLHD, 6-9 in HPLD: one read below spans both layouts. */
+    for (int r = 0; r < 3; r++) {
+        write_pages(w[r], 0, 6, KVR_WRITTEN);
+        write_pages(h[r], 6, NPAGES, KVR_WRITTEN);
+    }
+    write_pages(w[0], PARTIAL, PARTIAL + 1, KVR_WRITTEN);
+    write_pages(w[1], PARTIAL, PARTIAL + 1, KVR_WRITTEN);
+
+    /* Complete pages are skipped, in any layout. */
+    write_pages(w[2], 0, 2, KVR_COMPLETE);
+    write_pages(h[2], 0, 2, KVR_COMPLETE);
+
+    /* The partial page is claimed by PLHD: an HPLD write of it is refused,
+     * and the message names it. */
+    keys k = page_keys(PARTIAL, PARTIAL + 1);
+    int64_t slot = PARTIAL;
+    uint8_t status = 0xee;
+    rc = kvr_writer_write(h[2], k.buf, k.off, &slot, 1, &status, err, sizeof err);
+    CHECK(rc == KVR_OK && status == KVR_REFUSED, "refused write: %d status %d %s", rc, status, err);
+    char want[256];
+    snprintf(want, sizeof want, "page 0 (key \"%.*s\") refused: ", (int)k.off[1], k.buf);
+    CHECK(strncmp(err, want, strlen(want)) == 0 && strstr(err, "object is being written with another layout"),
+          "refused message %s", err);
+
+    kvr_writer_stats ws;
+    rc = kvr_writer_stats_get(w[0], &ws);
+    CHECK(rc == KVR_OK, "writer_stats_get %d", rc);
+    /* Rank 0/0's part: 3 layers x 4 heads x page x (K + V dims) x 4 bytes. */
+    int64_t part = 3 * KV_HEADS * PAGE * (HEAD_DIM + V_HEAD_DIM) * 4;
+    CHECK(ws.requests == 2 && ws.pages == 7 && ws.written == 7 && ws.complete == 0 && ws.refused == 0 &&
+              ws.replica == 0 && ws.failed == 0 && ws.bytes == 7 * part,
+          "writer 0 stats: %" PRId64 " requests %" PRId64 " pages %" PRId64 " written %" PRId64 " bytes",
+          ws.requests, ws.pages, ws.written, ws.bytes);
+    rc = kvr_writer_stats_get(h[2], &ws);
+    CHECK(rc == KVR_OK && ws.requests == 3 && ws.pages == 7 && ws.written == 4 && ws.complete == 2 &&
+              ws.refused == 1 && ws.failed == 0,
+          "writer h2 stats: %d: %" PRId64 " written %" PRId64 " complete %" PRId64 " refused", rc, ws.written,
+          ws.complete, ws.refused);
+
+    for (int r = 0; r < 3; r++) {
+        CHECK(kvr_writer_close(w[r], err, sizeof err) == KVR_OK, "writer_close %s", err);
+        CHECK(kvr_writer_close(h[r], err, sizeof err) == KVR_OK, "writer_close %s", err);
+    }
+}
+
+/* read_all reads pages 0..NPAGES-1 into slot 2 + (NPAGES-1-p) of reader r
+ * and verifies every slot: the read pages, and the sentinel in the others. */
+static void read_all(uint64_t r, rank_pool *rp) {
+    keys k = page_keys(0, NPAGES);
+    int64_t slots[NPAGES];
+    for (int p = 0; p < NPAGES; p++) {
+        slots[p] = 2 + (NPAGES - 1 - p);
+    }
+    kvr_read_result res;
+    memset(&res, 0xee, sizeof res);
+    int rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == NPAGES && res.stop == KVR_STOP_NONE && err[0] == 0,
+          "read %s rank %d/%d: %d hit %" PRId64 " stop %d: %s", rp->layout, rp->tp_rank, rp->pp_rank, rc, res.hit,
+          res.stop, err);
+    /* The rank's bytes of every page, no more. */
+    int64_t page = (int64_t)rp->nl * rp->nh * PAGE * (HEAD_DIM + V_HEAD_DIM) * 4;
+    CHECK(res.bytes == NPAGES * page && res.ops > 0, "read bytes %" PRId64 " want %" PRId64 ", ops %" PRId64,
+          res.bytes, NPAGES * page, res.ops);
+    for (int64_t s = 0; s < rp->slots; s++) {
+        int p = s >= 2 && s < 2 + NPAGES ? NPAGES - 1 - (int)(s - 2) : -1;
+        verify(rp, s, p, __LINE__);
+    }
+}
+
+static void test_read(uint64_t st) {
+    /* TP2/PP2 with the readers' own split: layer_first on PP rank 0,
+     * page_head on PP rank 1, and one page_first_direct rank. */
+    const char *layout[2] = {"layer_first", "page_head"};
+    for (int pp = 0; pp < 2; pp++) {
+        for (int tp = 0; tp < 2; tp++) {
+            rank_pool rp;
+            pool_init(&rp, layout[pp], 2, 2, tp, pp, reader_split, NPAGES + 4);
+            uint64_t r = open_reader(st, &rp);
+            read_all(r, &rp);
+            kvr_reader_stats rs;
+            int rc = kvr_reader_stats_get(r, &rs);
+            CHECK(rc == KVR_OK && rs.requests == 1 && rs.pages == NPAGES && rs.hits == NPAGES && rs.misses == 0 &&
+                      rs.manifests_rejected == 0 && rs.bytes > 0,
+                  "reader stats: %d: %" PRId64 " requests %" PRId64 " hits", rc, rs.requests, rs.hits);
+            CHECK(kvr_reader_close(r, err, sizeof err) == KVR_OK, "reader_close %s", err);
+            pool_free(&rp);
+        }
+    }
+    rank_pool rp;
+    pool_init(&rp, "page_first_direct", 2, 2, 1, 0, reader_split, NPAGES + 2);
+    uint64_t r = open_reader(st, &rp);
+    read_all(r, &rp);
+    kvr_reader_close(r, err, sizeof err);
+    pool_free(&rp);
+}
+
+static void test_miss(uint64_t st) {
+    rank_pool rp;
+    pool_init(&rp, "layer_first", 2, 2, 1, 1, reader_split, 8);
+    uint64_t r = open_reader(st, &rp);
+
+    keys all = page_keys(0, NPAGES);
+    int64_t n = -1;
+    int rc = kvr_reader_exists(r, all.buf, all.off, all.n, &n, err, sizeof err);
+    CHECK(rc == KVR_OK && n == NPAGES, "exists all: %d %" PRId64 " %s", rc, n, err);
+
+    /* Pages 0, 1, the partial page, 3: two leading pages. */
+    keys k = page_keys(0, 2);
+    keys_add_page(&k, PARTIAL);
+    keys_add_page(&k, 3);
+    rc = kvr_reader_exists(r, k.buf, k.off, k.n, &n, err, sizeof err);
+    CHECK(rc == KVR_OK && n == 2, "exists with partial: %d %" PRId64 " %s", rc, n, err);
+    int64_t slots[4] = {4, 5, 6, 7};
+    kvr_read_result res;
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == 2 && res.stop == KVR_STOP_MISS, "read with partial: %d hit %" PRId64 " stop %d",
+          rc, res.hit, res.stop);
+    char want[256];
+    snprintf(want, sizeof want, "page missing or incomplete: kvreshard_%.*s_", (int)(k.off[3] - k.off[2]),
+             k.buf + k.off[2]);
+    CHECK(strncmp(err, want, strlen(want)) == 0, "miss message %s, want %s...", err, want);
+    verify(&rp, 4, 0, __LINE__);
+    verify(&rp, 5, 1, __LINE__);
+    verify(&rp, 6, -1, __LINE__); /* partial data is never consumed */
+    verify(&rp, 7, -1, __LINE__);
+
+    /* A key never written. */
+    keys none = {0};
+    keys_add(&none, "deadbeef");
+    rc = kvr_reader_exists(r, none.buf, none.off, 1, &n, err, sizeof err);
+    CHECK(rc == KVR_OK && n == 0, "exists none: %d %" PRId64, rc, n);
+    rc = kvr_reader_read(r, none.buf, none.off, slots, 1, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == 0 && res.bytes == 0 && res.stop == KVR_STOP_MISS, "read none: %d %" PRId64, rc,
+          res.hit);
+    CHECK(strncmp(err, "page missing or incomplete: kvreshard_deadbeef_", 47) == 0, "miss message %s", err);
+
+    kvr_reader_stats rs;
+    kvr_reader_stats_get(r, &rs);
+    CHECK(rs.requests == 2 && rs.pages == 5 && rs.hits == 2 && rs.misses == 3, "miss stats %" PRId64 " hits %" PRId64
+          " misses", rs.hits, rs.misses);
+    kvr_reader_close(r, err, sizeof err);
+
+    /* Another model name is another domain: the same keys are not its pages. */
+    kvr_model m = model();
+    m.name = "other";
+    kvr_placement pl = placement_of(&rp);
+    kvr_pool pool = pool_of(&rp);
+    rc = kvr_reader_open(st, &m, &pl, &pool, &r, err, sizeof err);
+    CHECK(rc == KVR_OK, "reader_open other: %s", err);
+    rc = kvr_reader_exists(r, all.buf, all.off, all.n, &n, err, sizeof err);
+    CHECK(rc == KVR_OK && n == 0, "exists other model: %" PRId64, n);
+    kvr_reader_close(r, err, sizeof err);
+    pool_free(&rp);
+}
+
+static void test_domain(void) {
+    kvr_model m = model();
+    char a[65], b[65];
+    int rc = kvr_model_domain(&m, a, sizeof a, err, sizeof err);
+    CHECK(rc == KVR_OK && strlen(a) == 64 && strspn(a, "0123456789abcdef") == 64, "domain %d %s %s", rc, a, err);
+    m.dtype = "bf16";
+    rc = kvr_model_domain(&m, b, sizeof b, err, sizeof err);
+    CHECK(rc == KVR_OK && strcmp(a, b) != 0, "bf16 domain %s equals fp32's", b);
+    m.dtype = "fp32";
+    m.namespace_ = "tenant2";
+    rc = kvr_model_domain(&m, b, sizeof b, err, sizeof err);
+    CHECK(rc == KVR_OK && strcmp(a, b) != 0, "tenant domain %s equals the default's", b);
+    rc = kvr_model_domain(&m, b, 64, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "out has 64 bytes; a model domain needs 65 (64 hex digits and a NUL)");
+}
+
+/* reader_fails opens a reader of a bad model, placement or pool and checks
+ * the code and the exact message. */
+static void reader_fails(uint64_t st, kvr_model m, kvr_placement pl, kvr_pool pool, int want_rc, const char *want,
+                         int line) {
+    uint64_t r = 0;
+    int rc = kvr_reader_open(st, &m, &pl, &pool, &r, err, sizeof err);
+    if (rc != want_rc || strcmp(err, want) != 0 || r != 0) {
+        failures++;
+        fprintf(stderr, "kvreshard_test.c:%d: reader_open: %d %s\nwant %d %s\n", line, rc, err, want_rc, want);
+    }
+}
+
+static void test_bad_arguments(uint64_t st) {
+    uint64_t h = 0;
+    int rc = kvr_store_open("nope", &h, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err,
+              "store URL \"nope\": missing scheme; use one of file://, mem://, redis+cluster://, redis://");
+
+    rank_pool rp;
+    pool_init(&rp, "layer_first", 2, 2, 0, 1, reader_split, 4);
+    kvr_model m = model();
+    kvr_placement pl = placement_of(&rp);
+    kvr_pool pool = pool_of(&rp);
+
+    kvr_model bad = m;
+    bad.kv_heads = 0;
+    reader_fails(st, bad, pl, pool, KVR_EINVAL, "model: descriptor kv_heads is 0; it must be positive", __LINE__);
+    bad = m;
+    bad.dtype = "fp64";
+    reader_fails(st, bad, pl, pool, KVR_EINVAL,
+                 "model: dtype \"fp64\" is unknown; dtypes are fp32, bf16, fp16 and fp8", __LINE__);
+    bad.dtype = NULL;
+    reader_fails(st, bad, pl, pool, KVR_EINVAL, "model: dtype is required (fp32, bf16, fp16 or fp8)", __LINE__);
+    bad = m;
+    bad.mla = 1;
+    reader_fails(st, bad, pl, pool, KVR_EINVAL,
+                 "model: an mla model has one latent component; v_head_dim must be 0, not 4", __LINE__);
+    bad = m;
+    bad.layers = 0;
+    reader_fails(st, bad, pl, pool, KVR_EINVAL, "model: layers 0 is not from 1 to 4096", __LINE__);
+
+    kvr_placement badp = pl;
+    badp.tp = 3;
+    reader_fails(st, m, badp, pool, KVR_EINVAL, "placement: kv-heads 4 is not divisible by tp 3", __LINE__);
+    static const int32_t split[2] = {4, 2};
+    badp = pl;
+    badp.pp_layers = split;
+    reader_fails(st, m, badp, pool, KVR_EINVAL, "placement: pp-layers sum to 6, not the 7 layers", __LINE__);
+    badp = pl;
+    badp.tp_rank = 2;
+    reader_fails(st, m, badp, pool, KVR_EINVAL, "placement: rank tp 2 pp 1 is outside tp 2 x pp 2", __LINE__);
+
+    kvr_pool badpool = pool;
+    badpool.layout = "PLHD";
+    reader_fails(st, m, pl, badpool, KVR_EINVAL,
+                 "pool: layout PLHD is a part layout; a pool needs a pool layout (page_first, page_first_direct, "
+                 "layer_first, page_head)",
+                 __LINE__);
+    badpool.layout = "nope";
+    reader_fails(st, m, pl, badpool, KVR_EINVAL,
+                 "pool: unknown layout \"nope\"; pool layouts are page_first, page_first_direct, layer_first, "
+                 "page_head",
+                 __LINE__);
+    badpool = pool;
+    badpool.nregions = 1;
+    reader_fails(st, m, pl, badpool, KVR_EINVAL,
+                 "pool: nregions is 1; layout layer_first of this model has 2 regions (k, v)", __LINE__);
+    badpool = pool;
+    badpool.slots = 0;
+    reader_fails(st, m, pl, badpool, KVR_EINVAL, "pool: slots is 0; a pool holds at least one page", __LINE__);
+    uint64_t small[2] = {rp.size[0], rp.size[1] - 1};
+    badpool = pool;
+    badpool.sizes = small;
+    char want[256];
+    snprintf(want, sizeof want, "pool: region v has %" PRIu64 " bytes; 4 slots of layout layer_first need %" PRIu64,
+             rp.size[1] - 1, rp.size[1]);
+    reader_fails(st, m, pl, badpool, KVR_EINVAL, want, __LINE__);
+    void *same[2] = {rp.bases[0], (char *)rp.bases[0] + 4};
+    badpool = pool;
+    badpool.bases = same;
+    reader_fails(st, m, pl, badpool, KVR_EINVAL, "pool: regions k and v overlap", __LINE__);
+
+    rc = kvr_writer_open(st, &m, &pl, &pool, "page_first", &h, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err,
+              "writer: page_first is a pool layout; pages are stored in part layouts (PLHD, LPHD, HPLD)");
+    rc = kvr_reader_open(st, NULL, &pl, &pool, &h, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "model, placement, pool or reader is NULL");
+
+    uint64_t r = open_reader(st, &rp);
+    kvr_read_result res;
+    int64_t slots[3] = {0, 1, 2};
+    keys k = {0};
+    keys_add(&k, "ab");
+    keys_add(&k, "a_b");
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "key 1 \"a_b\" contains '_'; a key is the page's hash, without '_'");
+    int64_t off[3] = {0, 2, 2};
+    rc = kvr_reader_read(r, k.buf, off, slots, 2, &res, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "key 1 is empty (offsets[1] = offsets[2] = 2)");
+    int64_t n;
+    rc = kvr_reader_exists(r, k.buf, k.off, -1, &n, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "n is -1; a batch has 0 to 16777216 pages");
+    k = page_keys(0, 2);
+    int64_t far[2] = {0, 4};
+    rc = kvr_reader_read(r, k.buf, k.off, far, 2, &res, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "slot 4 of page 1 is outside the pool's 4 slots");
+    int64_t twice[2] = {3, 3};
+    rc = kvr_reader_read(r, k.buf, k.off, twice, 2, &res, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "pages 0 and 1 both go to slot 3");
+    rc = kvr_reader_read(r, k.buf, k.off, NULL, 2, &res, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "keys, offsets, slots or the output array is NULL with n = 2");
+
+    /* A message cut to fit, and no buffer at all. */
+    char tiny[8];
+    rc = kvr_reader_read(r, k.buf, k.off, twice, 2, &res, tiny, sizeof tiny);
+    CHECK_MSG(rc, KVR_EINVAL, tiny, "pages 0");
+    rc = kvr_reader_read(r, k.buf, k.off, twice, 2, &res, NULL, 0);
+    CHECK(rc == KVR_EINVAL, "no message buffer: %d", rc);
+
+    /* A handle of another kind. */
+    snprintf(want, sizeof want, "handle %" PRIu64 " is a store, not a reader", st);
+    rc = kvr_reader_read(st, k.buf, k.off, slots, 2, &res, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, want);
+    snprintf(want, sizeof want, "handle %" PRIu64 " is a reader, not a writer", r);
+    uint8_t status[2];
+    rc = kvr_writer_write(r, k.buf, k.off, slots, 2, status, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, want);
+    snprintf(want, sizeof want, "handle %" PRIu64 " is a reader, not a store", r);
+    rc = kvr_store_close(r, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, want);
+    kvr_reader_close(r, err, sizeof err);
+    pool_free(&rp);
+}
+
+static void test_closed(void) {
+    char url[64];
+    uint64_t st;
+    snprintf(url, sizeof url, "mem://closed%d", (int)getpid());
+    int rc = kvr_store_open(url, &st, err, sizeof err);
+    CHECK(rc == KVR_OK, "store_open %s: %s", url, err);
+    rank_pool rp;
+    pool_init(&rp, "page_first", 1, 3, 0, 0, NULL, 2);
+    fill(&rp, 0, 0);
+    uint64_t w = open_writer(st, &rp, NULL);
+    rank_pool rr;
+    pool_init(&rr, "page_first", 1, 3, 0, 0, NULL, 2);
+    uint64_t r = open_reader(st, &rr);
+
+    /* Closing the store handle leaves its writers and readers working. */
+    rc = kvr_store_close(st, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    char want[128];
+    snprintf(want, sizeof want, "store handle %" PRIu64 " is closed or was never opened", st);
+    rc = kvr_store_close(st, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    kvr_model m = model();
+    kvr_placement pl = placement_of(&rp);
+    kvr_pool pool = pool_of(&rp);
+    uint64_t h;
+    rc = kvr_reader_open(st, &m, &pl, &pool, &h, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+
+    write_pages(w, 0, 1, KVR_WRITTEN);
+    keys k = page_keys(0, 1);
+    int64_t slot = 1;
+    kvr_read_result res;
+    rc = kvr_reader_read(r, k.buf, k.off, &slot, 1, &res, err, sizeof err);
+    /* TP1/PP3 rank 0 wrote only its part: the page is not complete. */
+    CHECK(rc == KVR_OK && res.hit == 0 && res.stop == KVR_STOP_MISS, "read after store close: %d %s", rc, err);
+
+    rc = kvr_writer_close(w, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    snprintf(want, sizeof want, "writer handle %" PRIu64 " is closed or was never opened", w);
+    rc = kvr_writer_close(w, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    uint8_t status;
+    rc = kvr_writer_write(w, k.buf, k.off, &slot, 1, &status, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    rc = kvr_writer_publish(w, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    kvr_writer_stats ws;
+    CHECK(kvr_writer_stats_get(w, &ws) == KVR_ECLOSED, "writer stats of a closed handle");
+
+    rc = kvr_reader_close(r, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    snprintf(want, sizeof want, "reader handle %" PRIu64 " is closed or was never opened", r);
+    rc = kvr_reader_read(r, k.buf, k.off, &slot, 1, &res, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    int64_t n;
+    rc = kvr_reader_exists(r, k.buf, k.off, 1, &n, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    rc = kvr_reader_close(r, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    kvr_reader_stats rs;
+    CHECK(kvr_reader_stats_get(r, &rs) == KVR_ECLOSED, "reader stats of a closed handle");
+    rc = kvr_reader_close(0, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, "reader handle 0 is not a handle");
+    rc = kvr_reader_close(0x7fffffff, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, "reader handle 2147483647 is closed or was never opened");
+    pool_free(&rp);
+    pool_free(&rr);
+}
+
+/* Four threads read every page at once through one reader, each into its
+ * own slots of the shared pool, again and again. */
+#define THREADS 4
+#define ROUNDS 25
+
+typedef struct {
+    uint64_t r;
+    int id;
+    int bad; /* calls that did not read every page */
+    char err[256];
+} thread_arg;
+
+static void *reader_thread(void *p) {
+    thread_arg *a = p;
+    keys k = page_keys(0, NPAGES);
+    int64_t slots[NPAGES];
+    for (int i = 0; i < NPAGES; i++) {
+        slots[i] = a->id * NPAGES + i;
+    }
+    for (int round = 0; round < ROUNDS; round++) {
+        kvr_read_result res;
+        int rc = kvr_reader_read(a->r, k.buf, k.off, slots, NPAGES, &res, a->err, sizeof a->err);
+        int64_t n = 0;
+        int rc2 = kvr_reader_exists(a->r, k.buf, k.off, NPAGES, &n, a->err, sizeof a->err);
+        if (rc != KVR_OK || res.hit != NPAGES || res.stop != KVR_STOP_NONE || rc2 != KVR_OK || n != NPAGES) {
+            a->bad++;
+        }
+    }
+    return NULL;
+}
+
+static void test_threads(uint64_t st) {
+    rank_pool rp;
+    pool_init(&rp, "page_head", 2, 2, 1, 1, reader_split, THREADS * NPAGES);
+    uint64_t r = open_reader(st, &rp);
+    pthread_t t[THREADS];
+    thread_arg a[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        a[i] = (thread_arg){.r = r, .id = i};
+        CHECK(pthread_create(&t[i], NULL, reader_thread, &a[i]) == 0, "pthread_create");
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(a[i].bad == 0, "thread %d: %d of %d rounds did not read every page: %s", i, a[i].bad, ROUNDS, a[i].err);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        for (int p = 0; p < NPAGES; p++) {
+            verify(&rp, i * NPAGES + p, p, __LINE__);
+        }
+    }
+    kvr_reader_stats rs;
+    kvr_reader_stats_get(r, &rs);
+    CHECK(rs.requests == THREADS * ROUNDS && rs.hits == THREADS * ROUNDS * NPAGES,
+          "thread stats %" PRId64 " requests %" PRId64 " hits", rs.requests, rs.hits);
+    kvr_reader_close(r, err, sizeof err);
+    pool_free(&rp);
+}
+
+/* A forked child gets KVR_EFORK from every call, at once. The alarm kills a
+ * child that hangs instead, which the parent reports. */
+static void test_fork(uint64_t st) {
+    rank_pool rp;
+    pool_init(&rp, "layer_first", 2, 2, 0, 0, reader_split, NPAGES);
+    uint64_t r = open_reader(st, &rp);
+    keys k = page_keys(0, NPAGES);
+    int64_t slots[NPAGES];
+    for (int i = 0; i < NPAGES; i++) {
+        slots[i] = i;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child == 0) {
+        alarm(20);
+        int bad = 0;
+        char want[256], e[256];
+        snprintf(want, sizeof want,
+                 "called in process %ld, a forked child of process %ld that loaded libkvreshard: Go does not "
+                 "survive fork; load the library in a process started by spawn or exec",
+                 (long)getpid(), (long)parent);
+        kvr_read_result res;
+        int rc = kvr_reader_read(r, k.buf, k.off, slots, NPAGES, &res, e, sizeof e);
+        if (rc != KVR_EFORK || strcmp(e, want) != 0) {
+            fprintf(stderr, "child: reader_read %d %s\nwant %s\n", rc, e, want);
+            bad = 1;
+        }
+        int32_t prev;
+        uint64_t h;
+        kvr_reader_stats rs;
+        if (kvr_set_max_procs(1, &prev) != KVR_EFORK || kvr_store_open("mem://", &h, e, sizeof e) != KVR_EFORK ||
+            kvr_reader_stats_get(r, &rs) != KVR_EFORK || kvr_reader_close(r, e, sizeof e) != KVR_EFORK ||
+            kvr_version() != KVR_ABI_VERSION) {
+            fprintf(stderr, "child: a call did not fail with KVR_EFORK\n");
+            bad = 1;
+        }
+        _exit(bad);
+    }
+    CHECK(child > 0, "fork");
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "forked child: exited %d status %d signal %d",
+          WIFEXITED(status), WEXITSTATUS(status), WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    /* The parent goes on, and the child's close did not close its reader. */
+    kvr_read_result res;
+    int rc = kvr_reader_read(r, k.buf, k.off, slots, NPAGES, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == NPAGES, "read after fork: %d %s", rc, err);
+    for (int p = 0; p < NPAGES; p++) {
+        verify(&rp, p, p, __LINE__);
+    }
+    kvr_reader_close(r, err, sizeof err);
+    pool_free(&rp);
+}
+
+static void test_max_procs(void) {
+    int32_t prev = 0, now = 0;
+    CHECK(kvr_set_max_procs(0, &prev) == KVR_OK && prev >= 1, "read max procs %d", prev);
+    CHECK(kvr_set_max_procs(1, NULL) == KVR_OK, "set max procs 1");
+    CHECK(kvr_set_max_procs(0, &now) == KVR_OK && now == 1, "max procs %d after setting 1", now);
+    CHECK(kvr_set_max_procs(prev, &now) == KVR_OK && now == 1, "restore max procs");
+}
+
+/* bench times n empty reads (the cost of a call alone). */
+static int bench(long n) {
+    uint64_t st, r;
+    if (kvr_store_open("mem://", &st, err, sizeof err) != KVR_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    rank_pool rp;
+    pool_init(&rp, "page_first", 1, 1, 0, 0, NULL, 1);
+    r = open_reader(st, &rp);
+    kvr_read_result res;
+    for (long i = 0; i < 1000; i++) {
+        kvr_reader_read(r, NULL, NULL, NULL, 0, &res, err, sizeof err);
+    }
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++) {
+        if (kvr_reader_read(r, NULL, NULL, NULL, 0, &res, err, sizeof err) != KVR_OK) {
+            fprintf(stderr, "read: %s\n", err);
+            return 1;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double ns = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n;
+    printf("empty kvr_reader_read: %.0f ns a call (%ld calls)\n", ns, n);
+    return failures != 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "bench") == 0) {
+        return bench(atol(argv[2]));
+    }
+    if (argc != 2) {
+        fprintf(stderr, "usage: kvreshard_test DIR | kvreshard_test bench N\n");
+        return 2;
+    }
+    CHECK(kvr_version() == KVR_ABI_VERSION, "library version %d, header %d", kvr_version(), KVR_ABI_VERSION);
+    char url[4200];
+    snprintf(url, sizeof url, "file://%s", argv[1]);
+    uint64_t st = 0;
+    int rc = kvr_store_open(url, &st, err, sizeof err);
+    CHECK(rc == KVR_OK && st != 0, "store_open %s: %d %s", url, rc, err);
+    if (rc != KVR_OK) {
+        return 1;
+    }
+    test_domain();
+    test_write(st);
+    test_read(st);
+    test_miss(st);
+    test_bad_arguments(st);
+    test_closed();
+    test_threads(st);
+    test_fork(st);
+    test_max_procs();
+    rc = kvr_store_close(st, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    for (int r = 0; r < 3; r++) {
+        pool_free(&writers[r]);
+    }
+    if (failures) {
+        fprintf(stderr, "%d checks failed\n", failures);
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}
