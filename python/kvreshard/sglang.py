@@ -231,15 +231,11 @@ def _int_list(what, v):
 
 
 def _positive(what, v):
-    if isinstance(v, bool):
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise ConfigError("extra_config %s=%r is not a positive whole number" % (what, v))
-    try:
-        n = int(v)
-    except (TypeError, ValueError):
-        raise ConfigError("extra_config %s=%r is not a positive whole number" % (what, v)) from None
-    if n <= 0 or n != v and str(n) != str(v).strip():
-        raise ConfigError("extra_config %s=%r is not a positive whole number" % (what, v))
-    return n
+    return v
 
 
 @dataclass
@@ -367,11 +363,13 @@ def bind(config, mem_pool_host, extra=None):
         kv_heads = 1
     elif "kv_heads" in extra:
         kv_heads = _positive("kv_heads", extra["kv_heads"])
+        if kv_heads >= tp and kv_heads % tp or kv_heads < tp and tp % kv_heads:
+            raise ConfigError("extra_config kv_heads=%d cannot be placed on TP %d: one must divide the other"
+                              % (kv_heads, tp))
         local = kv_heads // tp if kv_heads >= tp else 1
-        if kv_heads >= tp and kv_heads % tp or kv_heads < tp and tp % kv_heads or heads != local:
-            raise ConfigError("extra_config kv_heads=%d on TP %d gives %s heads a rank; the host pool "
-                              "has %d" % (kv_heads, tp, local if kv_heads % tp == 0 or kv_heads < tp
-                                          else "uneven", heads))
+        if heads != local:
+            raise ConfigError("extra_config kv_heads=%d on TP %d gives %d heads a rank; the host pool has %d"
+                              % (kv_heads, tp, local, heads))
     else:
         kv_heads = heads * tp
 
