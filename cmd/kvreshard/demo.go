@@ -14,7 +14,6 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
-	"github.com/kvreshard/kvreshard/runtime/store"
 	_ "github.com/kvreshard/kvreshard/runtime/store/filestore"
 	_ "github.com/kvreshard/kvreshard/runtime/store/memstore"
 	_ "github.com/kvreshard/kvreshard/runtime/store/redisstore"
@@ -28,8 +27,9 @@ const demoModel = "layers=12,kv-heads=4,head-dim=64,v-head-dim=32,dtype=bf16,pag
 func demoCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", stderr)
 	storeURL := fs.String("store", "", "store `URL` (default: a file store in a new temporary directory)")
-	pages := fs.Int("pages", 16, "pages per writer layout")
+	pages := intFlag(fs, "pages", 16, "`pages` per writer layout")
 	strategy := fs.String("strategy", "auto", "how readers move the bytes: direct, scatter, staged or auto (the store's cost model chooses)")
+	costs := fs.String("costs", "", "cost models `file` from bench --calibrate --out (default: the configured ones)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -58,7 +58,10 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, url)
+	if err := applyCosts(&ropts.Plan, *costs); err != nil {
+		return err
+	}
+	st, err := openStore(ctx, url)
 	if err != nil {
 		return err
 	}
@@ -79,7 +82,10 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 	for wi, w := range topos {
 		r := topos[1-wi]
 		for _, partName := range []string{"PLHD", "LPHD", "HPLD"} {
-			pl, _ := layouts.Get(partName)
+			pl, err := layouts.Get(partName)
+			if err != nil {
+				return err
+			}
 			m, err := plan.ManifestFor(domain, d, w.t, pl)
 			if err != nil {
 				return err
@@ -91,7 +97,10 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 			for _, poolName := range []string{"page_first", "page_first_direct", "layer_first", "page_head"} {
-				pool, _ := layouts.Get(poolName)
+				pool, err := layouts.Get(poolName)
+				if err != nil {
+					return err
+				}
 				var bytes, ops, hit int
 				var elapsed time.Duration
 				ok := true
@@ -138,13 +147,15 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
 	if failed > 0 {
 		fmt.Fprintf(stdout, "\n%d of 24 reads did not verify\n", failed)
 		return errFailed
 	}
-	fmt.Fprintf(stdout, "\nevery byte of every page verified, by every reader rank, in both directions.\n")
-	return nil
+	_, err = fmt.Fprintf(stdout, "\nevery byte of every page verified, by every reader rank, in both directions.\n")
+	return err
 }
 
 func gbps(bytes int, d time.Duration) float64 {

@@ -26,6 +26,36 @@ func poolFor(l *compiler.Layout) *compiler.Layout {
 	return l.SlotPool()
 }
 
+// readerPool is the pool a reader of layout l reads pages into: l itself
+// when it is a pool layout; for a part layout (one page), a pool of its
+// pages one slot after another, which is a built-in pool where one has
+// that order (PLHD: page_first), so that its compiled kernels serve it.
+func readerPool(l *compiler.Layout) *compiler.Layout {
+	if l.Kind != compiler.Part {
+		return l
+	}
+	p := l.SlotPool()
+	for _, name := range layouts.Names() {
+		if b, err := layouts.Get(name); err == nil && b.Kind == compiler.Pool && b.Order() == p.Order() {
+			return b
+		}
+	}
+	return p
+}
+
+// checkPool returns a usage error when the pool of a writer topology
+// cannot hold pages pages of the model as rank r.
+func checkPool(d *manifest.Descriptor, ts *topoSpec, r placement.Rank, pages int) error {
+	b, err := plan.BindingFor(d, ts.topo, r, ts.pool, pages)
+	if err == nil {
+		_, err = plan.NewGeometry(d, b)
+	}
+	if err != nil {
+		return usagef("--src: the writer's pool: %v", err)
+	}
+	return nil
+}
+
 // writeRank writes the pages of keys as rank r of topology t, from a pool
 // laid out as pool and filled with each page's content, into parts of
 // manifest m. It returns the count of pages by status.

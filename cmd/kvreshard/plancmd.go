@@ -13,20 +13,29 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/plan"
 )
 
-// newFlags returns a flag set that reports errors on stderr and through
-// errFlags/errHelp.
+// newFlags returns a flag set whose -h prints its flags on stderr.
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvreshard "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
 }
 
+// parseFlags parses args: -h prints the flags and returns errHelp; a flag
+// that does not parse is one usage error (the flag package would print
+// the whole usage after it).
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return errHelp
 		}
-		return errFlags
+		return usagef("%v", err)
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
@@ -156,12 +165,13 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 	dst := fs.String("dst", "", "the reader rank: tp=2,pp=2,rank=1/0,layout=page_first[,slots=N,slot=S]")
 	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts (run on the interpreter)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
-	repeat := fs.Int("repeat", 0, "build the plan `N` times without the template cache and report the time")
+	repeat := intFlag(fs, "repeat", 0, "build the plan `N` times without the template cache and report the time")
 	strategy := fs.String("strategy", "direct", "`direct`, scatter, staged, or auto (the transport's cost model chooses)")
+	costs := fs.String("costs", "", "cost models `file` from bench --calibrate --out (default: the configured ones)")
 	transport := fs.String("transport", "memory", "the cost model: `memory`, file, redis or rdma")
-	segments := fs.Int("max-segments", 0, "bound of a scatter read's segments (0: the transport's default)")
-	stage := fs.Int("stage-bytes", 0, "bound of a staged plan's staging memory (0: 16 MiB)")
-	gap := fs.Int("max-gap", 0, "largest unneeded gap a staged read bridges (0: the transport's break-even gap; -1: none)")
+	segments := intFlag(fs, "max-segments", 0, "bound `N` of a scatter read's segments (0: the transport's default)")
+	stage := intFlag(fs, "stage-bytes", 0, "bound of a staged plan's staging memory in `bytes` (0: 16 MiB)")
+	gap := intFlag(fs, "max-gap", 0, "largest unneeded gap, in `bytes`, a staged read bridges (0: the transport's break-even gap; -1: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -170,6 +180,9 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	opts, err := strategyOptions(*strategy, *transport, *segments, *stage, *gap)
 	if err != nil {
+		return err
+	}
+	if err := applyCosts(&opts, *costs); err != nil {
 		return err
 	}
 	s, err := setupPlan(*model, *src, *dst, *kvl, opts)

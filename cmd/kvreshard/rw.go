@@ -46,7 +46,7 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 	storeURL := fs.String("store", "", "store `URL`: file:///dir, mem://, redis://host:port")
 	model := fs.String("model", "", "the model: layers=12,kv-heads=4,head-dim=8,dtype=fp32,page=16")
 	src := fs.String("src", "", "the writer topology: tp=1,pp=3,layout=PLHD[,pp-layers=5/4/3]")
-	pages := fs.Int("pages", 0, "number of `pages` to write")
+	pages := intFlag(fs, "pages", 0, "number of `pages` to write")
 	rankFlag := fs.String("rank", "", "write only this rank's part (`T/P`); default: every rank")
 	prefix := fs.String("prefix", "kvreshard", "page key prefix")
 	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts")
@@ -64,18 +64,26 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 	if err := checkPages("--pages", *pages, d.PageBytes()); err != nil {
 		return err
 	}
-	ranks := ts.topo.Ranks()
+	// List every rank only when every rank writes: --rank builds one.
+	var ranks []placement.Rank
 	if *rankFlag != "" {
 		r, err := parseRank("--rank "+*rankFlag, *rankFlag, ts.topo)
 		if err != nil {
 			return err
 		}
 		ranks = []placement.Rank{r}
+	} else {
+		ranks = ts.topo.Ranks()
 	}
 	domain := ms.model.Domain()
 	m, err := plan.ManifestFor(domain, d, ts.topo, ts.layout)
 	if err != nil {
 		return usagef("--src: %v", err)
+	}
+	// The pool must fit the model (a split that divides its dims) before
+	// any rank writes; that does not depend on the rank.
+	if err := checkPool(d, ts, ranks[0], *pages); err != nil {
+		return err
 	}
 	ctx := context.Background()
 	st, err := openStore(ctx, *storeURL)
@@ -116,13 +124,15 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	storeURL := fs.String("store", "", "store `URL`: file:///dir, mem://, redis://host:port")
 	model := fs.String("model", "", "the model: layers=12,kv-heads=4,head-dim=8,dtype=fp32,page=16")
 	dst := fs.String("dst", "", "the reader rank: tp=2,pp=2,rank=1/0,layout=page_first")
-	pages := fs.Int("pages", 0, "number of `pages` to read")
+	pages := intFlag(fs, "pages", 0, "number of `pages` to read")
 	prefix := fs.String("prefix", "kvreshard", "page key prefix")
 	verify := fs.Bool("verify", false, "verify every restored element")
 	strategy := fs.String("strategy", "auto", "how to move the bytes: direct, scatter, staged or auto (the store's cost model chooses)")
+	costs := fs.String("costs", "", "cost models `file` from bench --calibrate --out (default: the configured ones)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts")
-	workers := fs.Int("copy-workers", 0, "goroutines that run the copies of staged pages (0: GOMAXPROCS)")
+	workers := intFlag(fs, "copy-workers", 0, "`goroutines` that run the copies of staged pages (0: GOMAXPROCS)")
+	checkParts := fs.Bool("check-parts", false, "read every part whole and check its checksum before using it (without it, only reads that fetch a whole part are checked)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -140,7 +150,9 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	if ts.placed {
 		return usagef("--dst: slots and slot are chosen by read: page i goes to slot i of a pool of --pages slots")
 	}
-	b, err := plan.BindingFor(d, ts.topo, ts.rank, ts.layout, *pages)
+	// The pool holds page i in slot i: a part layout gets the pool of
+	// its pages one slot after another.
+	b, err := plan.BindingFor(d, ts.topo, ts.rank, readerPool(ts.layout), *pages)
 	if err != nil {
 		return usagef("--dst: %v", err)
 	}
@@ -162,7 +174,11 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := applyCosts(&ropts.Plan, *costs); err != nil {
+		return err
+	}
 	ropts.CopyWorkers = *workers
+	ropts.CheckParts = *checkParts
 	rd, err := reshard.NewReader(st, domain, d, b, ropts)
 	if err != nil {
 		return usagef("--dst: %v", err)
@@ -193,6 +209,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	failed := res.Stop != nil && !missed(res.Stop)
 	if *asJSON {
 		if err := json.NewEncoder(stdout).Encode(out); err != nil {
 			return err
@@ -203,8 +220,8 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 		if out.Stop != "" {
 			fmt.Fprintf(stdout, "stopped: %s\n", out.Stop)
 		}
-		if *verify && out.Verified {
-			fmt.Fprintf(stdout, "verified every element of %d pages\n", out.Hit)
+		if *verify && out.Verified && out.Hit > 0 && !failed {
+			fmt.Fprintf(stdout, "verified every element of %s\n", plural(out.Hit, "page"))
 		}
 	}
 	if *verify && !out.Verified {
@@ -213,7 +230,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return errFailed
 	}
-	if res.Stop != nil && !missed(res.Stop) {
+	if failed {
 		fmt.Fprintf(stderr, "kvreshard read: read %d of %d pages: %v\n", out.Hit, out.Requested, res.Stop)
 		return errFailed
 	}

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/dsl"
 	"github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
@@ -55,11 +59,62 @@ func intValue(flag string, kv map[string]string, key string, def int, min int) (
 		}
 		return def, nil
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < min {
+	n, ok := parseCount(v)
+	if !ok || n < min {
 		return 0, usagef("%s: %s=%s is not a whole number >= %d", flag, key, v, min)
 	}
 	return n, nil
+}
+
+// parseCount parses a count written the one way: decimal digits with no
+// sign, space or leading zero, within int. strconv.Atoi alone would take
+// "+12" and "012".
+func parseCount(s string) (int, bool) {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil
+}
+
+// decimal is an int flag written in decimal, with a minus sign for a
+// negative value: the flag package's own int flags also take "+5", "0x10"
+// and "010" (which is 8).
+type decimal int
+
+func (d *decimal) String() string { return strconv.Itoa(int(*d)) }
+
+func (d *decimal) Set(s string) error {
+	n, ok := parseCount(strings.TrimPrefix(s, "-"))
+	if !ok || s == "-0" {
+		return errors.New("not a decimal whole number")
+	}
+	if strings.HasPrefix(s, "-") {
+		n = -n
+	}
+	*d = decimal(n)
+	return nil
+}
+
+// intFlag defines a decimal int flag.
+func intFlag(fs *flag.FlagSet, name string, value int, usage string) *int {
+	p := new(int)
+	*p = value
+	fs.Var((*decimal)(p), name, usage)
+	return p
+}
+
+// plural returns n and noun, with an s unless n is 1: "1 page", "2 pages".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // maxLayers bounds --model's layers, which are listed one by one: far
@@ -67,28 +122,40 @@ func intValue(flag string, kv map[string]string, key string, def int, min int) (
 const maxLayers = 1 << 12
 
 // checkPages returns a usage error when pages pages of pageBytes bytes
-// each, the least a command holds in memory at once, do not fit in this
-// machine's memory (where it is known), rather than let the allocation
-// kill the process.
+// each, the least a command holds in memory at once, do not fit in the
+// memory this machine has available (where it is known), rather than let
+// the allocation kill the process or push others out.
 func checkPages(flag string, pages, pageBytes int) error {
-	total := physicalMemory()
-	if total <= 0 || pages <= total/max(pageBytes, 1) {
+	avail := availableMemory()
+	if avail <= 0 || pages <= avail/max(pageBytes, 1) {
 		return nil
 	}
-	return usagef("%s %d: %d pages of %d bytes do not fit in this machine's %d bytes of memory", flag, pages, pages, pageBytes, total)
+	verb := "do"
+	if pages == 1 {
+		verb = "does"
+	}
+	return usagef("%s %d: %s of %d bytes %s not fit in the %d bytes of memory available", flag, pages, plural(pages, "page"), pageBytes, verb, avail)
 }
 
-// physicalMemory returns the machine's memory in bytes, from /proc/meminfo
-// (Linux); 0 where it cannot tell.
-func physicalMemory() int {
+// availableMemory returns the bytes of memory available to a new
+// allocation without swapping, from /proc/meminfo (Linux); 0 where it
+// cannot tell. A variable so that tests configure it.
+var availableMemory = func() int {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			if err != nil || kb <= 0 {
+	return memAvailable(string(b))
+}
+
+// memAvailable returns MemAvailable of a /proc/meminfo text in bytes, or
+// 0 when it has none (kernels before 3.14). MemTotal is not what a new
+// allocation can have: the page cache and other processes hold part of it.
+func memAvailable(meminfo string) int {
+	for _, line := range strings.Split(meminfo, "\n") {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, ok := parseCount(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if !ok || kb <= 0 || kb > math.MaxInt>>10 {
 				return 0
 			}
 			return kb << 10
@@ -209,8 +276,8 @@ func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compil
 	}
 	if v, ok := kv["pp-layers"]; ok {
 		for _, x := range strings.Split(v, "/") {
-			n, err := strconv.Atoi(x)
-			if err != nil || n < 1 {
+			n, ok := parseCount(x)
+			if !ok || n < 1 {
 				return nil, usagef("%s: pp-layers=%s is not a list of positive layer counts like 5/4/3", flag, v)
 			}
 			t.topo.PPLayers = append(t.topo.PPLayers, n)
@@ -270,9 +337,9 @@ func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compil
 // label names the flag in errors.
 func parseRank(label, v string, t placement.Topology) (placement.Rank, error) {
 	a, b, ok := strings.Cut(v, "/")
-	tp, err1 := strconv.Atoi(a)
-	pp, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil || tp < 0 || pp < 0 {
+	tp, ok1 := parseCount(a)
+	pp, ok2 := parseCount(b)
+	if !ok || !ok1 || !ok2 {
 		return placement.Rank{}, usagef("%s is not TP/PP ranks like 1/0", label)
 	}
 	if tp >= t.TP || pp >= t.PP {
@@ -308,7 +375,7 @@ func loadKVL(list string) (map[string]*compiler.Layout, error) {
 	}
 	f, err := compiler.CompileAll(srcs...)
 	if err != nil {
-		return nil, usagef("--kvl: %v", err)
+		return nil, usagef("--kvl: %s", capErrors(err))
 	}
 	for _, l := range f.Layouts {
 		if _, err := layouts.Get(l.Name); err == nil {
@@ -317,6 +384,19 @@ func loadKVL(list string) (map[string]*compiler.Layout, error) {
 		out[l.Name] = l
 	}
 	return out, nil
+}
+
+// maxKVLErrors caps the errors printed for bad .kvl files, as kvlc does.
+const maxKVLErrors = 20
+
+// capErrors returns the text of a compile error, one error a line, with
+// at most maxKVLErrors of them and a count of the rest.
+func capErrors(err error) string {
+	var list dsl.ErrorList
+	if !errors.As(err, &list) || len(list) <= maxKVLErrors {
+		return err.Error()
+	}
+	return list[:maxKVLErrors].Error() + fmt.Sprintf("\nand %d more errors", len(list)-maxKVLErrors)
 }
 
 // topoFlag is one topology flag to parse: a writer's (--src) or a reader

@@ -17,6 +17,8 @@ func FuzzSpecs(f *testing.F) {
 	f.Add("layers=61,kv-heads=1,head-dim=512,mla=1,dtype=bf16,page=64", "tp=4,layout=LPHD,pool=layer_first", "tp=2,rank=1/0,layout=layer_first")
 	f.Add("layers=80,kv-heads=8,head-dim=128,dtype=bf16,page=64,name=x,revision=1", "tp=8,layout=PLHD", "tp=4,pp=2,rank=0/0,layout=page_first")
 	f.Add("layers=2,kv-heads=2,head-dim=4,dtype=fp8,page=1", "tp=16,layout=HPLD", "tp=3,rank=2/0,layout=page_head,slots=9223372036854775807")
+	f.Add("layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16", "tp=4611686018427387904,layout=PLHD", "tp=1000000000,rank=0/0,layout=PLHD")
+	f.Add("layers=+12,kv-heads=04,head-dim=8,dtype=fp32,page=16", "tp=+1,pp=1,layout=PLHD", "tp=1,rank=+0/0,layout=page_first")
 	f.Fuzz(func(t *testing.T, model, src, dst string) {
 		ms, tss, err := parseSpecs("", model, topoFlag{"--src", src, false}, topoFlag{"--dst", dst, true})
 		if err != nil {

@@ -163,6 +163,9 @@ func (b *batch) deliver(rs []store.Range, rep replies, next, progress *int) erro
 			b.states[it.check] = o
 		}
 		o := b.states[it.check]
+		if o != nil && o.Err != nil {
+			return rangeError(r, o.Err)
+		}
 		if o == nil || r.Part < 0 || r.Part >= len(o.PartSizes) {
 			return rangeError(r, store.ErrNotFound)
 		}

@@ -1,38 +1,66 @@
 // Package redisstore keeps kvreshard's multipart objects in Redis (or
 // Valkey), on one server or on a Redis Cluster. It registers the URL schemes
 //
-//	redis://[user:password@]host:port[/db][?ttl=10m]
-//	redis+cluster://[user:password@]host:port,host:port,...[?ttl=10m]
+//	redis://[user:password@]host:port[/db][?ttl=10m&lease=30s]
+//	redis+cluster://[user:password@]host:port,host:port,...[?ttl=10m&lease=30s]
 //
-// The only option is ttl: when set, the keys of a page expire that long after
-// its last part write (manifests never expire). A redis URL must name a
-// server that is not a cluster node, a redis+cluster URL one or more nodes of
-// a cluster.
+// The options: ttl, when set, makes the keys of a page expire that long
+// after its last part write (manifests never expire); lease (default
+// store.DefaultLease, 10 minutes) is how long an incomplete page's claim
+// must have gone unwritten before a writer of another layout may take the
+// page over. A redis URL must name a server that is not a cluster node, a
+// redis+cluster URL one or more nodes of a cluster.
 //
 // # Keys
 //
-// A page (object) with key K keeps its metadata in the hash {K}:meta and part
+// A page (object) with key K keeps its state in the hash {K}:meta and part
 // i in the string {K}:p:i, where K is escaped (% { } become %25 %7B %7D) so
 // that the braces are its hash tag: a page's keys share one slot, and
-// different pages spread over the cluster. A manifest (metadata object) with
-// key M is the string meta:M, without expiry.
+// different pages spread over the cluster. The state holds the manifest
+// key, the part count, the count of parts written, the server's time of
+// the last part write, and each written part's checksum
+// (store.PartWrite.Checksum, returned in store.Object.Checksums). A
+// manifest (metadata object) with key M is the string meta:M, without
+// expiry.
 //
 // # Atomicity
 //
 // A Lua script (EVALSHA, EVAL when the server lacks it) writes a part: in one
 // step on the server it checks the page's state, claims it (the first writer
-// fixes manifest and part count), stores the part and counts it. Another
-// manifest or part count on an incomplete page gives store.ErrLayoutConflict,
-// a complete page store.ErrComplete, and neither writes anything. The
-// fragments of a part are joined on the client into one argument (the copy
-// that also frees the caller's buffers), so the script does a single SET;
-// joining in Lua would copy again inside the single-threaded server, and a
-// chain of APPENDs would not be atomic.
+// fixes manifest and part count), stores the part and its checksum and
+// counts it. Another manifest or part count on an incomplete page gives
+// store.ErrLayoutConflict, a complete page store.ErrComplete, and neither
+// writes anything. The fragments of a part are joined on the client into
+// one argument (the copy that also frees the caller's buffers), so the
+// script does a single SET; joining in Lua would copy again inside the
+// single-threaded server, and a chain of APPENDs would not be atomic.
 //
-// A page is complete when its meta says every part is written and every part
-// key exists, so a page that lost a part (TTL, eviction) is a miss, never
-// partial data. Writers of its own layout may write the lost parts again;
-// other layouts are refused until its meta expires.
+// A page is complete when its state says every part is written and every
+// part key exists, so a page that lost a part (TTL, eviction) is a miss,
+// never partial data. Writers of its own layout may write the lost parts
+// again.
+//
+// # Takeover
+//
+// An incomplete page whose last part write is older than the lease (by the
+// server's clock) is taken over by the next writer of another layout, in
+// the same script: the old state and parts are deleted and the write claims
+// the page as new. Every part write, a retry too, refreshes the time, so a
+// writer that is still writing keeps its page; a complete page is never
+// taken over. This frees the pages of a killed writer without a TTL; with
+// a TTL the same rule holds, and an abandoned page also expires.
+//
+// # Unreadable state
+//
+// Every count and size read from the server is checked before it is used
+// (a part count from 1 to store.MaxParts, a manifest key of at most 4096
+// bytes). A page whose state cannot be read (garbage in its hash, a key of
+// the wrong type) is reported in its own store.Object.Err by Query, and
+// ReadRanges stops at it with a *store.RangeError; the other pages are
+// answered as usual. A write to it fails with the reason, until a lease has
+// passed since the first such failure; then it is taken over by any
+// layout. A metadata object longer than store.MaxMetaBytes is refused
+// without being sent.
 //
 // # Reads
 //
@@ -77,6 +105,7 @@ type Store struct {
 	c      rueidis.Client
 	name   string // the addresses, for errors
 	ttl    string // TTL in ms, an argument of writeScript
+	lease  string // lease in ms, an argument of writeScript
 	stream bool   // ReadRanges streams replies (one server, not a cluster)
 }
 
@@ -146,6 +175,16 @@ func New(ctx context.Context, c Config) (*Store, error) {
 	if c.TTL > 0 {
 		s.ttl = strconv.FormatInt(c.TTL.Milliseconds(), 10)
 	}
+	lease := c.Lease
+	if lease <= 0 {
+		lease = store.DefaultLease
+	}
+	// Whole milliseconds, rounded up.
+	ms := lease / time.Millisecond
+	if lease%time.Millisecond != 0 {
+		ms++
+	}
+	s.lease = strconv.FormatInt(int64(ms), 10)
 	return s, nil
 }
 
@@ -159,9 +198,16 @@ var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // pageKeys returns the meta key and the prefix of the part keys of a page.
 func pageKeys(key string) (meta, partPrefix string) {
-	tag := "{" + tagEscaper.Replace(key) + "}"
+	tag := pageTag(key)
 	return tag + ":meta", tag + ":p:"
 }
+
+// pageTag returns the hash tag that begins every key of a page.
+func pageTag(key string) string { return "{" + tagEscaper.Replace(key) + "}" }
+
+// stampKey returns the key of a page's stamp: when a write first found its
+// state unreadable (see writeScript).
+func stampKey(key string) string { return pageTag(key) + ":bad" }
 
 func metaKey(key string) string { return "meta:" + key }
 
@@ -198,17 +244,32 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 		}
 		for j, r := range pipeline(ctx, s.c, calls) {
 			i := idx[j]
-			v, err := r.AsInt64()
-			switch {
+			op := fmt.Sprintf("write %s part %d", ws[i].Key, ws[i].Part)
+			m, err := r.ToMessage()
+			if err != nil {
+				errs[i] = s.fail(ctx, op, err)
+				continue
+			}
+			if m.IsString() {
+				// The page's state cannot be read.
+				v, _ := m.ToString()
+				if reason, ok := strings.CutPrefix(v, "!"); ok {
+					errs[i] = fmt.Errorf("redis store %s: %s: %w", s.name, op, unreadableState(reason))
+				} else {
+					errs[i] = fmt.Errorf("redis store %s: %s: unexpected script result %.40q", s.name, op, v)
+				}
+				continue
+			}
+			switch v, err := m.AsInt64(); {
 			case err != nil:
-				errs[i] = s.fail(ctx, fmt.Sprintf("write %s part %d", ws[i].Key, ws[i].Part), err)
+				errs[i] = s.fail(ctx, op, err)
 			case v == writeOK:
 			case v == writeComplete:
 				errs[i] = store.ErrComplete
 			case v == writeConflict:
 				errs[i] = store.ErrLayoutConflict
 			default:
-				errs[i] = fmt.Errorf("redis store %s: write %s part %d: unexpected script result %d", s.name, ws[i].Key, ws[i].Part, v)
+				errs[i] = fmt.Errorf("redis store %s: %s: unexpected script result %d", s.name, op, v)
 			}
 		}
 		calls, idx, bytes = calls[:0], idx[:0], 0
@@ -223,6 +284,10 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 			errs[i] = err
 			continue
 		}
+		if len(w.Manifest) > maxManifestKey {
+			errs[i] = fmt.Errorf("write %s part %d: manifest key of %d bytes is longer than %d", w.Key, w.Part, len(w.Manifest), maxManifestKey)
+			continue
+		}
 		var data strings.Builder
 		data.Grow(w.Size())
 		for _, f := range w.Data {
@@ -230,8 +295,8 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 		}
 		meta, prefix := pageKeys(w.Key)
 		part := strconv.Itoa(w.Part)
-		calls = append(calls, call{s: writer, retry: true, keys: []string{meta, prefix + part},
-			args: []string{w.Manifest, strconv.Itoa(w.Parts), part, data.String(), s.ttl, prefix}})
+		calls = append(calls, call{s: writer, retry: true, keys: []string{meta, prefix + part, stampKey(w.Key)},
+			args: []string{w.Manifest, strconv.Itoa(w.Parts), part, data.String(), s.ttl, prefix, fmt.Sprintf("%016x", w.Checksum), s.lease}})
 		idx = append(idx, i)
 		if bytes += w.Size(); bytes >= maxBatchBytes || len(calls) >= maxBatchCmds {
 			flush()
@@ -247,7 +312,8 @@ func stateCall(key string) call {
 }
 
 // decodeState decodes a reply of stateScript: nil for an object that is not
-// complete.
+// complete, an object with Err set when the page's state cannot be read.
+// The error is that of the reply (the connection, or the server).
 func decodeState(v string, err error) (*store.Object, error) {
 	if rueidis.IsRedisNil(err) {
 		return nil, nil
@@ -255,19 +321,74 @@ func decodeState(v string, err error) (*store.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	sizes, manifest, ok := strings.Cut(v, "\n")
-	if !ok || sizes == "" {
-		return nil, fmt.Errorf("unexpected state reply %.40q", v)
+	if rest, ok := strings.CutPrefix(v, "!"); ok {
+		return &store.Object{Err: unreadableState(rest)}, nil
 	}
-	o := &store.Object{Complete: true, Manifest: manifest, PartSizes: make([]int, 0, strings.Count(sizes, " ")+1)}
+	bad := &store.Object{Err: fmt.Errorf("unexpected state reply %.40q", v)}
+	sizes, rest, ok1 := strings.Cut(v, "\n")
+	sums, manifest, ok2 := strings.Cut(rest, "\n")
+	// Bound the part count before allocating for it.
+	n := strings.Count(sizes, " ") + 1
+	if !ok1 || !ok2 || sizes == "" || n > store.MaxParts || strings.Count(sums, " ")+1 != n ||
+		manifest == "" || len(manifest) > maxManifestKey {
+		return bad, nil
+	}
+	o := &store.Object{Complete: true, Manifest: manifest, PartSizes: make([]int, 0, n), Checksums: make([]uint64, 0, n)}
 	for f := range strings.SplitSeq(sizes, " ") {
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("unexpected state reply %.40q", v)
+		size, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || size < 0 || size > maxPartSize {
+			return bad, nil
 		}
-		o.PartSizes = append(o.PartSizes, n)
+		o.PartSizes = append(o.PartSizes, int(size))
+	}
+	for f := range strings.SplitSeq(sums, " ") {
+		sum, err := strconv.ParseUint(f, 16, 64)
+		if err != nil || len(f) != 16 {
+			return bad, nil
+		}
+		o.Checksums = append(o.Checksums, sum)
 	}
 	return o, nil
+}
+
+// maxPartSize bounds a part's size as a state reply gives it: a Redis
+// string is at most 512 MiB unless the server's proto-max-bulk-len allows
+// more; past 1 TiB the reply is not believed.
+const maxPartSize = 1 << 40
+
+// unreadableState returns the error for the reason inspect (see scripts.go)
+// gives for a state it cannot read: lines naming what is wrong, then the
+// values that show it.
+func unreadableState(reason string) error {
+	what, rest, _ := strings.Cut(reason, "\n")
+	var msg string
+	switch what {
+	case "type":
+		msg = fmt.Sprintf("the meta key is a %.20s, not a hash", rest)
+	case "manifest":
+		msg = "no manifest key"
+	case "manifest-size":
+		msg = fmt.Sprintf("a manifest key of %.20s bytes, longer than %d", rest, maxManifestKey)
+	case "parts":
+		msg = fmt.Sprintf("part count %.40q is not a number from 1 to %d", rest, store.MaxParts)
+		if !strings.Contains(reason, "\n") {
+			msg = "no part count"
+		}
+	case "done":
+		n, v, _ := strings.Cut(rest, "\n")
+		msg = fmt.Sprintf("count of written parts %.40q is not a number from 0 to %.20s", v, n)
+	case "mark":
+		msg = fmt.Sprintf("part %.20s is counted as written but has no checksum", rest)
+	case "sum":
+		i, v, _ := strings.Cut(rest, "\n")
+		msg = fmt.Sprintf("checksum %.40q of part %.20s is not 16 hex digits", v, i)
+	case "part-type":
+		i, v, _ := strings.Cut(rest, "\n")
+		msg = fmt.Sprintf("part %.20s is a %.20s, not a string", i, v)
+	default:
+		msg = fmt.Sprintf("%.40q", reason)
+	}
+	return errors.New("unreadable state: " + msg)
 }
 
 // Query implements store.Store.
@@ -284,10 +405,13 @@ func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error
 		}
 		for i, r := range pipeline(ctx, s.c, calls) {
 			o, err := decodeState(r.ToString())
-			if err != nil {
+			switch {
+			case err != nil:
 				return nil, s.fail(ctx, "query "+batch[i], err)
-			}
-			if o != nil {
+			case o == nil:
+			case o.Err != nil:
+				objs[start+i].Err = fmt.Errorf("redis store %s: page %s: %w", s.name, batch[i], o.Err)
+			default:
 				objs[start+i] = *o
 			}
 		}
@@ -295,29 +419,42 @@ func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error
 	return objs, nil
 }
 
-// PutMeta implements store.Store. SET NX GET stores the value or returns the
-// one stored, in one atomic command.
+// PutMeta implements store.Store. putMetaScript stores the value or
+// compares it with the one stored, in one atomic step on the server.
 func (s *Store) PutMeta(ctx context.Context, key string, val []byte) error {
-	cmd := s.c.B().Set().Key(metaKey(key)).Value(string(val)).Nx().Get().Build()
-	old, err := s.c.Do(ctx, cmd).ToString()
+	if err := store.CheckMetaSize(key, int64(len(val))); err != nil {
+		return err
+	}
+	c := call{s: putMeta, keys: []string{metaKey(key)}, args: []string{string(val)}}
+	v, err := pipeline(ctx, s.c, []call{c})[0].AsInt64()
 	switch {
-	case rueidis.IsRedisNil(err):
-		return nil
 	case err != nil:
 		return s.fail(ctx, "put meta "+key, err)
-	case old != string(val):
+	case v != 0:
 		return store.ErrMetaConflict
 	}
 	return nil
 }
 
-// GetMeta implements store.Store.
+// GetMeta implements store.Store. A value longer than store.MaxMetaBytes
+// is refused without being sent (getMetaScript).
 func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, error) {
-	v, err := s.c.Do(ctx, s.c.B().Get().Key(metaKey(key)).Build()).AsBytes()
+	c := call{s: getMeta, retry: true, keys: []string{metaKey(key)}, args: []string{strconv.Itoa(store.MaxMetaBytes)}}
+	m, err := pipeline(ctx, s.c, []call{c})[0].ToMessage()
 	switch {
 	case rueidis.IsRedisNil(err):
 		return nil, store.ErrNotFound
 	case err != nil:
+		return nil, s.fail(ctx, "get meta "+key, err)
+	case m.IsInt64():
+		n, _ := m.AsInt64()
+		if err := store.CheckMetaSize(key, n); err != nil {
+			return nil, fmt.Errorf("redis store %s: %w", s.name, err)
+		}
+		return nil, fmt.Errorf("redis store %s: get meta %s: unexpected script result %d", s.name, key, n)
+	}
+	v, err := m.AsBytes()
+	if err != nil {
 		return nil, s.fail(ctx, "get meta "+key, err)
 	}
 	if v == nil {

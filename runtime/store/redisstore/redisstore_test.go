@@ -35,7 +35,7 @@ func TestURLErrors(t *testing.T) {
 		{"redis://127.0.0.1:6379/-1", `database "-1" is not a non-negative number`},
 		{"redis://127.0.0.1:6379/01", `database "01" is not a non-negative number`},
 		{"redis://127.0.0.1:6379/1/2", `database "1/2" is not a non-negative number`},
-		{"redis://127.0.0.1:6379?db=1", `unknown option "db"; the only option is ttl`},
+		{"redis://127.0.0.1:6379?db=1", `unknown option "db"; the options are ttl and lease`},
 		{"redis://127.0.0.1:6379?ttl=10m&ttl=1m", "option ttl given 2 times"},
 		{"redis://127.0.0.1:6379?ttl=soon", `ttl "soon" is not a duration of whole milliseconds, at least 1ms, such as 10m`},
 		{"redis://127.0.0.1:6379?ttl=-1s", `ttl "-1s" is not a duration of whole milliseconds, at least 1ms, such as 10m`},
@@ -45,6 +45,13 @@ func TestURLErrors(t *testing.T) {
 		{"redis+cluster://a:1,,b:2", `address "" is not host:port`},
 		{"redis+cluster://a:1,:2", `address ":2" is not host:port`},
 		{"redis+cluster://a:1/0", `a cluster has only database 0; remove the path "/0"`},
+		{"redis://127.0.0.1:6379?lease=soon", `lease "soon" is not a positive duration such as 30s or 10m`},
+		{"redis://127.0.0.1:6379?lease=0", `lease "0" is not a positive duration such as 30s or 10m`},
+		{"redis://127.0.0.1:6379?lease=-1s", `lease "-1s" is not a positive duration such as 30s or 10m`},
+		{"redis://127.0.0.1:6379?lease=", `lease "" is not a positive duration such as 30s or 10m`},
+		{"redis://127.0.0.1:6379?lease=1m&lease=2m", "option lease given 2 times"},
+		{"redis+cluster://a:1?ttl=1m&lease=x", `lease "x" is not a positive duration such as 30s or 10m`},
+		{"redis+cluster://a:1?ttl=1m&lease=1m&db=1", `unknown option "db"; the options are ttl and lease`},
 	} {
 		t.Run(c.url, func(t *testing.T) {
 			_, err := store.Open(context.Background(), c.url)
@@ -62,6 +69,12 @@ func TestParseURL(t *testing.T) {
 	c, err = redisstore.ParseURL("redis+cluster://127.0.0.1:7000,localhost:7001/")
 	require.NoError(t, err)
 	require.Equal(t, redisstore.Config{Addrs: []string{"127.0.0.1:7000", "localhost:7001"}, Cluster: true}, c)
+	c, err = redisstore.ParseURL("redis+cluster://127.0.0.1:7000?lease=30s&ttl=1h")
+	require.NoError(t, err)
+	require.Equal(t, redisstore.Config{Addrs: []string{"127.0.0.1:7000"}, Cluster: true, Lease: 30 * time.Second, TTL: time.Hour}, c)
+	c, err = redisstore.ParseURL("redis://127.0.0.1:6379?lease=1500us")
+	require.NoError(t, err)
+	require.Equal(t, redisstore.Config{Addrs: []string{"127.0.0.1:6379"}, Lease: 1500 * time.Microsecond}, c)
 
 	c, err = redisstore.ParseURL("redis://[::1]:6379")
 	require.NoError(t, err)
@@ -95,10 +108,10 @@ func TestSingle(t *testing.T) {
 	srv := redistest.StartServer(t)
 
 	t.Run("Conformance", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) store.Store { return open(t, srv.URL()) })
+		storetest.RunBackend(t, backend(srv.URL(), single(srv, 0)))
 	})
 	t.Run("ConformanceTTL", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) store.Store { return open(t, srv.URL()+"/1?ttl=10m") })
+		storetest.RunBackend(t, backend(srv.URL()+"/1?ttl=10m", single(srv, 1)))
 	})
 	t.Run("WrongMode", func(t *testing.T) {
 		_, err := store.Open(context.Background(), "redis+cluster://"+srv.Addr())
@@ -110,11 +123,25 @@ func TestSingle(t *testing.T) {
 	t.Run("ScriptFlush", func(t *testing.T) { testScriptFlush(t, srv) })
 }
 
+// write writes part of key, one of the parts data, with its checksum.
 func write(t *testing.T, s store.Store, key, manifest string, part int, data ...[]byte) error {
 	t.Helper()
-	errs := s.WriteParts(context.Background(), []store.PartWrite{{Key: key, Part: part, Parts: len(data), Manifest: manifest, Data: [][]byte{data[part]}}})
+	d := [][]byte{data[part]}
+	errs := s.WriteParts(context.Background(), []store.PartWrite{{Key: key, Part: part, Parts: len(data), Manifest: manifest, Data: d,
+		Checksum: store.PartChecksum(manifest, part, d)}})
 	require.Len(t, errs, 1)
 	return errs[0]
+}
+
+// complete returns what a query of an object written whole with parts
+// data, by write, returns.
+func complete(manifest string, data ...[]byte) store.Object {
+	o := store.Object{Complete: true, Manifest: manifest}
+	for p, d := range data {
+		o.PartSizes = append(o.PartSizes, len(d))
+		o.Checksums = append(o.Checksums, store.PartChecksum(manifest, p, [][]byte{d}))
+	}
+	return o
 }
 
 func query(t *testing.T, s store.Store, key string) store.Object {
@@ -144,7 +171,7 @@ func testDB(t *testing.T, srv *redistest.Server) {
 	defer s2.Close()
 	key := "db_page_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	require.NoError(t, write(t, s2, key, "m", 0, []byte("x")))
-	require.Equal(t, store.Object{Complete: true, Manifest: "m", PartSizes: []int{1}}, query(t, s2, key))
+	require.Equal(t, complete("m", []byte("x")), query(t, s2, key))
 	require.Equal(t, store.Object{}, query(t, s0, key))
 }
 
@@ -160,7 +187,7 @@ func testTTL(t *testing.T, srv *redistest.Server) {
 	require.NoError(t, write(t, s, key, "kv/d/manifests/a", 0, p0, p1))
 	require.NoError(t, write(t, s, key, "kv/d/manifests/a", 1, p0, p1))
 	require.NoError(t, s.PutMeta(ctx, "kv/d/manifests/a", []byte("{}")))
-	want := store.Object{Complete: true, Manifest: "kv/d/manifests/a", PartSizes: []int{9, 9}}
+	want := complete("kv/d/manifests/a", p0, p1)
 	require.Equal(t, want, query(t, s, key))
 
 	do := func(args ...string) any {
@@ -202,7 +229,7 @@ func testTTL(t *testing.T, srv *redistest.Server) {
 	time.Sleep(20 * time.Millisecond)
 	require.Equal(t, store.Object{}, query(t, s, key))
 	require.NoError(t, write(t, s, key, "kv/d/manifests/b", 0, []byte("b")))
-	require.Equal(t, store.Object{Complete: true, Manifest: "kv/d/manifests/b", PartSizes: []int{1}}, query(t, s, key))
+	require.Equal(t, complete("kv/d/manifests/b", []byte("b")), query(t, s, key))
 	meta, err := s.GetMeta(ctx, "kv/d/manifests/a")
 	require.NoError(t, err)
 	require.Equal(t, []byte("{}"), meta)
@@ -222,7 +249,7 @@ func testEvicted(t *testing.T, srv *redistest.Server) {
 	require.NoError(t, write(t, s, key, "m", 1, p0, p1))
 	require.Equal(t, store.Object{}, query(t, s, key))
 	require.NoError(t, write(t, s, key, "m", 0, p0, p1))
-	require.Equal(t, store.Object{Complete: true, Manifest: "m", PartSizes: []int{4, 3}}, query(t, s, key))
+	require.Equal(t, complete("m", p0, p1), query(t, s, key))
 	got, err := read(t, s, key, 0, 4)
 	require.NoError(t, err)
 	require.Equal(t, p0, got)
@@ -240,7 +267,7 @@ func testScriptFlush(t *testing.T, srv *redistest.Server) {
 	require.NoError(t, write(t, s, "flush_b", "m", 0, []byte("b")))
 	_, err = srv.Do("SCRIPT", "FLUSH")
 	require.NoError(t, err)
-	require.Equal(t, store.Object{Complete: true, Manifest: "m", PartSizes: []int{1}}, query(t, s, "flush_a"))
+	require.Equal(t, complete("m", []byte("a")), query(t, s, "flush_a"))
 	_, err = srv.Do("SCRIPT", "FLUSH")
 	require.NoError(t, err)
 	got, err := read(t, s, "flush_b", 0, 1)
@@ -252,7 +279,7 @@ func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 
 	t.Run("Conformance", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) store.Store { return open(t, c.URL()) })
+		storetest.RunBackend(t, backend(c.URL(), cluster(c)))
 	})
 	t.Run("OneSeed", func(t *testing.T) {
 		s := open(t, "redis+cluster://"+c.Masters[1].Addr())
@@ -293,7 +320,7 @@ func testSpread(t *testing.T, c *redistest.Cluster) {
 		sort.Strings(got)
 		pre := "{" + tag + "}"
 		require.Equal(t, []string{pre + ":meta", pre + ":p:0", pre + ":p:1", pre + ":p:2"}, got, key)
-		require.Equal(t, store.Object{Complete: true, Manifest: "m", PartSizes: []int{1, 1, 1}}, query(t, s, key))
+		require.Equal(t, complete("m", []byte("0"), []byte("1"), []byte("2")), query(t, s, key))
 	}
 	require.Len(t, masters, 3, "pages on masters %v", masters)
 }

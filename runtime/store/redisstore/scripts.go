@@ -4,58 +4,174 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"strconv"
+	"strings"
 
 	"github.com/redis/rueidis"
+
+	"github.com/kvreshard/kvreshard/runtime/store"
 )
+
+// maxManifestKey bounds the length of a manifest key: WriteParts refuses a
+// longer one, and a stored one longer makes the page's state unreadable, so
+// that a state reply is bounded (at most store.MaxParts sizes and
+// checksums, and this).
+const maxManifestKey = 4096
+
+// inspectLua defines inspect(meta, prefix, all), which reads and checks a
+// page's state: the meta hash and, when every part is counted, each part's
+// mark and key. It returns nil when there is no state (no hash, or a hash
+// without manifest, parts and done). Otherwise a table s:
+//
+//   - s.t: the claim's last write, in ms of the server's clock, or -1 when
+//     it cannot be read;
+//   - s.err, when the state cannot be read: what is wrong, as lines
+//     ("what", then values) that unreadableState (Go) formats;
+//   - else s.manifest, s.parts, s.done, and when done == parts s.sizes
+//     and s.sums of the parts, and s.lost, the parts whose keys are gone
+//     (the first only, unless all is true).
+//
+// Every number is checked before it is used: a part count out of [1,
+// MAXPARTS] makes the state unreadable rather than drive a loop.
+const inspectLua = `
+local function inspect(meta, prefix, all)
+  local m = redis.pcall('HMGET', meta, 'manifest', 'parts', 'done', 't')
+  if m.err then
+    return {t = -1, err = 'type\n' .. redis.call('TYPE', meta).ok}
+  end
+  if not (m[1] or m[2] or m[3]) then return nil end
+  local s = {t = -1}
+  if m[4] and #m[4] <= 15 and string.find(m[4], '^%d+$') then s.t = tonumber(m[4]) end
+  -- bad records what is wrong and the values that show it (each cut to
+  -- 64 bytes; a missing one ends the list).
+  local function bad(what, ...)
+    local e = {what}
+    for _, v in ipairs({...}) do
+      if not v then break end
+      e[#e + 1] = string.sub(v, 1, 64)
+    end
+    s.err = table.concat(e, '\n')
+    return s
+  end
+  if not m[1] or m[1] == '' then return bad('manifest', m[1]) end
+  if #m[1] > MAXKEY then return bad('manifest-size', #m[1]) end
+  local n = m[2] and #m[2] <= 10 and string.find(m[2], '^%d+$') and tonumber(m[2])
+  if not n or n < 1 or n > MAXPARTS then return bad('parts', m[2]) end
+  local done = m[3] and #m[3] <= 10 and string.find(m[3], '^%d+$') and tonumber(m[3])
+  if not done or done > n then return bad('done', n, m[3]) end
+  s.manifest, s.parts, s.done = m[1], n, done
+  if done < n then return s end
+  s.sizes, s.sums, s.lost = {}, {}, {}
+  for first = 0, n - 1, 256 do
+    local last = math.min(first + 255, n - 1)
+    local f = {}
+    for i = first, last do f[#f + 1] = 'w:' .. i end
+    local w = redis.call('HMGET', meta, unpack(f))
+    for i = first, last do
+      local c = w[i - first + 1]
+      if not c then return bad('mark', i) end
+      if #c ~= 16 or not string.find(c, '^%x+$') then return bad('sum', i .. '\n' .. c) end
+      s.sums[i + 1] = c
+      local k = prefix .. i
+      local l = redis.pcall('STRLEN', k)
+      if type(l) ~= 'number' then return bad('part-type', i .. '\n' .. redis.call('TYPE', k).ok) end
+      if l == 0 and redis.call('EXISTS', k) == 0 then
+        s.lost[#s.lost + 1] = i
+        if not all then return s end
+      end
+      s.sizes[i + 1] = l
+    end
+  end
+  return s
+end
+`
 
 // writeScript writes one part and claims and completes its object, in one
 // atomic step on the server.
 //
-//	KEYS[1] the page's meta hash, KEYS[2] the part's key
+//	KEYS[1] the page's meta hash, KEYS[2] the part's key,
+//	KEYS[3] the page's stamp of an unreadable state
 //	ARGV[1] manifest key, ARGV[2] part count, ARGV[3] part number,
 //	ARGV[4] the part's bytes, ARGV[5] TTL in ms (0: none),
-//	ARGV[6] the prefix of the page's part keys (KEYS[2] is ARGV[6]..ARGV[3])
+//	ARGV[6] the prefix of the page's part keys (KEYS[2] is ARGV[6]..ARGV[3]),
+//	ARGV[7] the part's checksum (16 hex digits), ARGV[8] the lease in ms
 //
 // It returns 0 when the part is written (or was already: a retry keeps the
 // first copy), 1 when the object is complete (nothing written), 2 when the
-// incomplete object has another manifest or part count (nothing written).
+// incomplete object has another manifest or part count (nothing written),
+// and "!" followed by inspect's s.err when the page's state cannot be read
+// (nothing written).
 //
-// The meta hash holds manifest, parts, done (parts written) and w:<i> for
-// each written part. The first writer creates it. A complete object one of
-// whose parts has expired or was evicted is not complete any more: its lost
-// parts are unmarked, and writers of its own layout may write them again.
+// The meta hash holds manifest, parts, done (parts written), t (the
+// server's time of the last part write, ms) and w:<i>, the checksum of
+// each written part. The first writer creates it; every part write,
+// retries included, sets t. A complete object one of whose parts has
+// expired or was evicted is not complete any more: its lost parts are
+// unmarked, and writers of its own layout may write them again.
+//
+// An incomplete object whose t is further than the lease from now (t
+// cannot be read, or lies in the past or the future by more) is taken
+// over by a writer of another layout: its meta and part keys are deleted
+// and the write claims it as new. A complete object is never taken over.
+// An unreadable state is refused until a lease has passed since the first
+// write refused it (KEYS[3], which expires after two leases, holds that
+// time); then it is taken over in the same way, by any layout.
+//
 // The part keys are built from ARGV[6]; they share the hash tag of KEYS[1],
 // so they are in its slot.
-const writeScript = `
-local meta, pkey = KEYS[1], KEYS[2]
-local manifest, parts, part = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local ttl, prefix = tonumber(ARGV[5]), ARGV[6]
-local m = redis.call('HMGET', meta, 'manifest', 'parts', 'done')
-if m[1] then
-  local n, done = tonumber(m[2]), tonumber(m[3])
-  if done == n then
-    for i = 0, n - 1 do
-      if redis.call('EXISTS', prefix .. i) == 0 then
-        redis.call('HDEL', meta, 'w:' .. i)
-        done = done - 1
-      end
-    end
-    if done == n then return 1 end
-    redis.call('HSET', meta, 'done', done)
+const writeScript = inspectLua + `
+local meta, pkey, stamp = KEYS[1], KEYS[2], KEYS[3]
+local manifest, parts, part = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local ttl, prefix, sum, lease = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
+if redis.replicate_commands then redis.replicate_commands() end
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local s = inspect(meta, prefix, true)
+local new = not s
+if s and s.err then
+  local seen = redis.pcall('GET', stamp)
+  seen = type(seen) == 'string' and tonumber(seen)
+  if not seen then
+    redis.call('SET', stamp, string.format('%d', now), 'PX', string.format('%d', 2 * lease))
+    seen = now
   end
-  if m[1] ~= manifest or n ~= parts then return 2 end
+  if math.abs(now - seen) <= lease then return '!' .. s.err end
+  new = true
+elseif s then
+  if s.done == s.parts then
+    if #s.lost == 0 then return 1 end
+    for _, i in ipairs(s.lost) do redis.call('HDEL', meta, 'w:' .. i) end
+    s.done = s.done - #s.lost
+    redis.call('HSET', meta, 'done', s.done)
+  end
+  if s.manifest ~= manifest or s.parts ~= parts then
+    if math.abs(now - s.t) <= lease then return 2 end
+    new = true
+  end
+end
+local t = string.format('%d', now)
+if new then
+  local n = s and s.parts or 0
+  for first = 0, n - 1, 256 do
+    local k = {}
+    for i = first, math.min(first + 255, n - 1) do k[#k + 1] = prefix .. i end
+    redis.call('DEL', unpack(k))
+  end
+  redis.call('DEL', meta, stamp)
+  redis.call('HSET', meta, 'manifest', manifest, 'parts', parts, 'done', 1, 'w:' .. part, sum, 't', t)
+else
+  redis.call('HSET', meta, 't', t)
   if redis.call('HEXISTS', meta, 'w:' .. part) == 1 then
     if redis.call('EXISTS', pkey) == 1 then return 0 end
+    redis.call('HSET', meta, 'w:' .. part, sum)
   else
-    redis.call('HSET', meta, 'w:' .. part, '1')
+    redis.call('HSET', meta, 'w:' .. part, sum)
     redis.call('HINCRBY', meta, 'done', 1)
   end
-else
-  redis.call('HSET', meta, 'manifest', manifest, 'parts', parts, 'done', 1, 'w:' .. part, '1')
 end
 if ttl > 0 then
-  redis.call('SET', pkey, ARGV[4], 'PX', ttl)
-  redis.call('PEXPIRE', meta, ttl)
+  redis.call('SET', pkey, ARGV[4], 'PX', ARGV[5])
+  redis.call('PEXPIRE', meta, ARGV[5])
 else
   redis.call('SET', pkey, ARGV[4])
 end
@@ -76,18 +192,36 @@ const (
 //
 // It returns nil unless every part is written and every part key still
 // exists; then one string: the size of each part in decimal, separated by
-// spaces, a newline, and the manifest key. A string, not an array, so that
+// spaces, a newline, each part's checksum (16 hex digits) separated by
+// spaces, a newline, and the manifest key. When the state cannot be read,
+// "!" followed by inspect's s.err. A string, not an array, so that
 // ReadRanges can take it from a stream of replies (see stream.go).
-const stateScript = `
-local m = redis.call('HMGET', KEYS[1], 'manifest', 'parts', 'done')
-if not m[1] or tonumber(m[2]) ~= tonumber(m[3]) then return false end
-local r = {}
-for i = 0, tonumber(m[2]) - 1 do
-  local k = ARGV[1] .. i
-  if redis.call('EXISTS', k) == 0 then return false end
-  r[i + 1] = redis.call('STRLEN', k)
-end
-return table.concat(r, ' ') .. '\n' .. m[1]
+const stateScript = inspectLua + `
+local s = inspect(KEYS[1], ARGV[1], false)
+if not s then return false end
+if s.err then return '!' .. s.err end
+if s.done < s.parts or #s.lost > 0 then return false end
+return table.concat(s.sizes, ' ') .. '\n' .. table.concat(s.sums, ' ') .. '\n' .. s.manifest
+`
+
+// getMetaScript returns a metadata object: nil when there is none, its
+// length when it is longer than ARGV[1] bytes (the value is not sent),
+// else its bytes.
+const getMetaScript = `
+local n = redis.call('STRLEN', KEYS[1])
+if n == 0 and redis.call('EXISTS', KEYS[1]) == 0 then return false end
+if n > tonumber(ARGV[1]) then return n end
+return redis.call('GET', KEYS[1])
+`
+
+// putMetaScript stores a metadata object unless it exists; it returns 0
+// when the object holds ARGV[1] (now or already), 1 when it holds other
+// bytes. The comparison is done on the server, so that a large stored
+// value is never sent.
+const putMetaScript = `
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 0 end
+return 1
 `
 
 // script is a Lua script run with EVALSHA, falling back to EVAL when the
@@ -96,14 +230,19 @@ type script struct {
 	src, sha string
 }
 
+// newScript makes a script of src, with the limits MAXPARTS and MAXKEY
+// written in.
 func newScript(src string) *script {
+	src = strings.NewReplacer("MAXPARTS", strconv.Itoa(store.MaxParts), "MAXKEY", strconv.Itoa(maxManifestKey)).Replace(src)
 	sum := sha1.Sum([]byte(src))
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 var (
-	writer = newScript(writeScript)
-	state  = newScript(stateScript)
+	writer  = newScript(writeScript)
+	state   = newScript(stateScript)
+	getMeta = newScript(getMetaScript)
+	putMeta = newScript(putMetaScript)
 )
 
 // call is one command of a pipeline: a script call (s set) or a plain

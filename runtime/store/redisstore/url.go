@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,15 +27,20 @@ type Config struct {
 	// TTL, when positive, makes the keys of every page expire that long
 	// after the page's last part write. Manifests never expire.
 	TTL time.Duration
+	// Lease is how long an incomplete page's claim must have gone
+	// unwritten before a writer of another layout may take the page over
+	// (see the package documentation); zero means store.DefaultLease. It
+	// is rounded up to whole milliseconds.
+	Lease time.Duration
 	// DialTimeout bounds connecting to a server; zero means 2 s.
 	DialTimeout time.Duration
 }
 
 const defaultDialTimeout = 2 * time.Second
 
-// ParseURL parses redis://[user:password@]host:port[/db][?ttl=10m] and
-// redis+cluster://[user:password@]host:port,host:port,...[?ttl=10m]. A
-// malformed URL gives a *store.URLError.
+// ParseURL parses redis://[user:password@]host:port[/db][?ttl=10m&lease=30s]
+// and redis+cluster://[user:password@]host:port,host:port,...[?ttl=10m&lease=30s].
+// A malformed URL gives a *store.URLError.
 func ParseURL(rawURL string) (Config, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -98,12 +105,21 @@ func parseURL(u *url.URL) (Config, error) {
 	if err != nil {
 		return bad("cannot parse query: %v", err)
 	}
-	for k, vs := range q {
-		if k != "ttl" {
-			return bad("unknown option %q; the only option is ttl", k)
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		vs := q[k]
+		if k != "ttl" && k != "lease" {
+			return bad("unknown option %q; the options are ttl and lease", k)
 		}
 		if len(vs) != 1 {
-			return bad("option ttl given %d times", len(vs))
+			return bad("option %s given %d times", k, len(vs))
+		}
+		if k == "lease" {
+			d, err := store.ParseLease(vs[0])
+			if err != nil {
+				return bad("%v", err)
+			}
+			c.Lease = d
+			continue
 		}
 		d, err := time.ParseDuration(vs[0])
 		if err != nil || d < time.Millisecond || d%time.Millisecond != 0 {

@@ -17,6 +17,7 @@ func FuzzParseURL(f *testing.F) {
 	for _, s := range []string{
 		"redis://127.0.0.1:6379", "redis://u:p@127.0.0.1:6380/3?ttl=10m", "redis+cluster://a:1,b:2",
 		"redis://[::1]:6379", "redis://h:0", "redis://h:1/x", "redis://h:1?ttl=1ms&ttl=2ms", "redis://:secret@h:1/-1",
+		"redis://h:1?lease=30s", "redis+cluster://a:1,b:2?ttl=1m&lease=10m", "redis://h:1?lease=0", "redis://h:1?lease=1ns",
 	} {
 		f.Add(s)
 	}
@@ -43,8 +44,8 @@ func FuzzParseURL(f *testing.F) {
 				t.Fatalf("%q: address %q: %v", raw, a, err)
 			}
 		}
-		if c.DB < 0 || c.TTL < 0 {
-			t.Fatalf("%q: db %d, ttl %v", raw, c.DB, c.TTL)
+		if c.DB < 0 || c.TTL < 0 || c.Lease < 0 {
+			t.Fatalf("%q: db %d, ttl %v, lease %v", raw, c.DB, c.TTL, c.Lease)
 		}
 	})
 }
