@@ -126,8 +126,14 @@ func pageKeys(tokens []int32) []string {
 func prefill(ctx context.Context, st store.Store) error {
 	d := &model.Descriptor
 	topo := placement.Topology{TP: 2, PP: 1}
-	part, _ := layouts.Get("PLHD")
-	pool, _ := layouts.Get("page_first")
+	part, err := layouts.Get("PLHD")
+	if err != nil {
+		return err
+	}
+	pool, err := layouts.Get("page_first")
+	if err != nil {
+		return err
+	}
 	keys := pageKeys(prompt(72))
 	// One manifest describes how every rank of this topology lays out its
 	// part; the writers publish it, and the pages name it.
@@ -182,7 +188,10 @@ func prefill(ctx context.Context, st store.Store) error {
 func decode(ctx context.Context, st store.Store, t plan.Transport) error {
 	d := &model.Descriptor
 	topo := placement.Topology{TP: 1, PP: 2}
-	pool, _ := layouts.Get("layer_first")
+	pool, err := layouts.Get("layer_first")
+	if err != nil {
+		return err
+	}
 	keys := pageKeys(prompt(104))
 	return eachRank(topo, func(r placement.Rank) (string, error) {
 		b, err := plan.BindingFor(d, topo, r, pool, len(keys))
