@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/dsl"
 	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/store"
 )
 
 // wantUsage runs args and requires exit status 2, nothing on stdout and
@@ -383,4 +385,59 @@ func TestDemoOutputError(t *testing.T) {
 	code := run([]string{"demo", "--store", "mem://demoout", "--pages", "1"}, &failWriter{n: 3}, &stderr)
 	require.Equal(t, 1, code)
 	require.Equal(t, "kvreshard demo: stdout is closed\n", stderr.String())
+}
+
+// evictAfterQuery is a store whose query reports page evict complete, as
+// page like says, though it was never written (or was evicted since): the
+// read of its parts then finds nothing.
+type evictAfterQuery struct {
+	store.Store
+	like, evict string
+}
+
+func (s *evictAfterQuery) Query(ctx context.Context, keys []string) ([]store.Object, error) {
+	objs, err := s.Store.Query(ctx, keys)
+	for i, k := range keys {
+		if k != s.evict {
+			continue
+		}
+		like, err := s.Store.Query(ctx, []string{s.like})
+		if err != nil {
+			return nil, err
+		}
+		objs[i] = like[0]
+	}
+	return objs, err
+}
+
+// Issue 14, item 4: a page evicted between query and read is a miss: read
+// stops there, names it, and exits 0 with the pages before it verified.
+func TestReadEvictedAfterQuery(t *testing.T) {
+	dir := t.TempDir()
+	url := "file://" + dir
+	const model = "layers=2,kv-heads=2,head-dim=4,dtype=fp32,page=2"
+	ms, err := parseModel(model)
+	require.NoError(t, err)
+	keys := content.PageKeys("kvreshard", ms.model.Domain(), 3)
+	code, _, stderr := runArgs("write", "--store", url, "--model", model, "--src", "tp=2,layout=PLHD", "--pages", "1")
+	require.Equal(t, 0, code, stderr)
+
+	old := storeOpen
+	t.Cleanup(func() { storeOpen = old })
+	storeOpen = func(ctx context.Context, u string) (store.Store, error) {
+		st, err := old(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		return &evictAfterQuery{Store: st, like: keys[0], evict: keys[1]}, nil
+	}
+	for _, strategy := range []string{"direct", "staged"} {
+		code, stdout, stderr := runArgs("read", "--store", url, "--model", model, "--dst", "tp=1,rank=0/0,layout=page_first", "--pages", "3",
+			"--verify", "--strategy", strategy)
+		require.Equal(t, 0, code, stderr)
+		require.Empty(t, stderr)
+		require.Regexp(t, `^read 1 of 3 pages: 256 bytes in \d+ ops, \S+ \([\d.]+ GB/s\)\n`+
+			`stopped: page missing or incomplete: `+keys[1]+`: read `+keys[1]+` part 0 \[0,\d+\): [^\n]*not found[^\n]*\n`+
+			`verified every element of 1 page\n$`, stdout)
+	}
 }

@@ -22,13 +22,16 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 	if url == "" {
 		return nil, usagef("--store is required (%s)", strings.Join(store.Schemes(), ", "))
 	}
-	st, err := store.Open(ctx, url)
+	st, err := storeOpen(ctx, url)
 	var ue *store.URLError
 	if errors.As(err, &ue) {
 		return nil, usagef("--store: %v", err)
 	}
 	return st, err
 }
+
+// storeOpen opens a store; tests wrap the stores it opens.
+var storeOpen = store.Open
 
 // readOptions returns a reader's options for a store URL: the strategy
 // (auto unless forced) and the cost model of the store's transport.
@@ -238,9 +241,14 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 // missed reports whether a read stopped on what a cache answers, not on a
-// failure: a page missing or incomplete, one rewritten in another layout
-// since the query, or the prefetch budget. Anything else (the store failed,
-// a manifest was rejected) makes read exit 1.
+// failure: a page missing or incomplete, or whose part vanished (evicted,
+// or rewritten in another layout) since the query, or the prefetch
+// budget. Anything else (the store failed, a manifest was rejected, a part
+// failed its checksum) makes read exit 1.
 func missed(stop error) bool {
-	return errors.Is(stop, reshard.ErrMiss) || errors.Is(stop, store.ErrChanged) || errors.Is(stop, reshard.ErrBudget)
+	switch reshard.Classify(stop) {
+	case reshard.StopMiss, reshard.StopBudget:
+		return true
+	}
+	return false
 }
