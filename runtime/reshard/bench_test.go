@@ -132,3 +132,40 @@ func benchPair(b *testing.B, keys []string, names [2]string, resh *reshard.Reade
 	b.ReportMetric(float64(rr.Ops)/float64(len(keys)), r+"-ops/page")
 	b.ReportMetric(float64(ir.Ops)/float64(len(keys)), i+"-ops/page")
 }
+
+// BenchmarkPartChecks reads benchPages pages written by TP8 in PLHD into
+// rank 0/0 of TP4/PP2 with whole-part staged reads, checked and,
+// alternating, unchecked (SkipPartChecks), and reports the ratio
+// checked/unchecked (the checksum_cost figure of kvreshard bench). On the
+// memory store (auto: every part lent) a reader hashes a lent part once,
+// so the timed reads cost a lookup a part; on the file store (CheckParts)
+// every read hashes the parts it reads.
+func BenchmarkPartChecks(b *testing.B) {
+	for _, s := range []struct {
+		name string
+		open func(b *testing.B) store.Store
+		opts reshard.ReaderOptions
+	}{
+		{"mem", func(b *testing.B) store.Store { return memstore.New() }, reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}}},
+		{"file", func(b *testing.B) store.Store {
+			st, err := filestore.Open(b.TempDir(), filestore.Options{})
+			require.NoError(b, err)
+			b.Cleanup(func() { st.Close() })
+			return st
+		}, reshard.ReaderOptions{CheckParts: true}},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			st := s.open(b)
+			keys := content.PageKeys("bench-sums", like70B.Domain(), benchPages)
+			writeAll(b, st, like70B, placement.Topology{TP: 8, PP: 1}, "PLHD", keys)
+			topo := placement.Topology{TP: 4, PP: 2}
+			checked, cregions := newReader(b, st, like70B, topo, placement.Rank{}, "page_first", benchPages, s.opts)
+			opts := s.opts
+			opts.SkipPartChecks = true
+			unchecked, uregions := newReader(b, st, like70B, topo, placement.Rank{}, "page_first", benchPages, opts)
+			benchPair(b, keys, [2]string{"checked", "unchecked"}, checked, cregions, unchecked, uregions)
+			require.Positive(b, checked.Stats().PartsChecked)
+			require.Zero(b, unchecked.Stats().PartsChecked)
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
 	"github.com/kvreshard/kvreshard/runtime/store"
+	"github.com/kvreshard/kvreshard/runtime/store/memstore"
 )
 
 // TestWriterChecksums: every part a writer writes carries the checksum of
@@ -77,16 +78,24 @@ func TestPartChecks(t *testing.T) {
 			name   string
 			opts   reshard.ReaderOptions
 			caught bool
+			split  bool // checks and copies split over the workers
 		}{
-			{"check parts", reshard.ReaderOptions{CheckParts: true}, true},
-			{"check parts small stage", reshard.ReaderOptions{CheckParts: true, Plan: plan.Options{Strategy: plan.Staged, StageBytes: 1000, MaxGap: 64}}, true},
-			{"check parts one worker", reshard.ReaderOptions{CheckParts: true, CopyWorkers: 1}, true},
-			{"staged whole parts", reshard.ReaderOptions{Plan: whole}, true},
-			{"direct", reshard.ReaderOptions{}, false},
-			{"staged whole parts skip checks", reshard.ReaderOptions{Plan: whole, SkipPartChecks: true}, false},
-			{"check parts skip checks", reshard.ReaderOptions{CheckParts: true, SkipPartChecks: true}, false},
+			{"check parts", reshard.ReaderOptions{CheckParts: true}, true, false},
+			{"check parts four workers", reshard.ReaderOptions{CheckParts: true, CopyWorkers: 4}, true, true},
+			{"staged whole parts four workers", reshard.ReaderOptions{Plan: whole, CopyWorkers: 4}, true, true},
+			{"check parts small stage", reshard.ReaderOptions{CheckParts: true, Plan: plan.Options{Strategy: plan.Staged, StageBytes: 1000, MaxGap: 64}}, true, false},
+			{"check parts one worker", reshard.ReaderOptions{CheckParts: true, CopyWorkers: 1}, true, true},
+			{"staged whole parts", reshard.ReaderOptions{Plan: whole}, true, false},
+			{"direct", reshard.ReaderOptions{}, false, false},
+			{"staged whole parts skip checks", reshard.ReaderOptions{Plan: whole, SkipPartChecks: true}, false, false},
+			{"check parts skip checks", reshard.ReaderOptions{CheckParts: true, SkipPartChecks: true}, false, false},
 		} {
 			t.Run(c.name, func(t *testing.T) {
+				if c.split {
+					workers := 0
+					reshard.SetMinCopyShare(t, 0, func(w int) { workers = max(workers, w) })
+					defer func() { require.Equal(t, max(1, c.opts.CopyWorkers), workers) }()
+				}
 				rd, regions := newReader(t, b.st, small, tp2pp2, placement.Rank{}, "page_first", 4, c.opts)
 				g := rd.Geometry()
 				tpl, err := rd.Planner().Template(m)
@@ -238,4 +247,30 @@ func TestCheckPartsStrategies(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestLentPartsCheckedOnce: a reader hashes a part a store lends it the
+// first time it sees it (lent bytes never change); a part that failed is
+// checked, and fails, again; another reader checks for itself. Page 3 has
+// a flipped byte in part 1.
+func TestLentPartsCheckedOnce(t *testing.T) {
+	b := backend{name: "mem", st: memstore.New()}
+	keys := content.PageKeys("lent", small.Domain(), 4)
+	corruptPage(t, b, keys, 3)
+	opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}}
+	for range 2 {
+		rd, regions := newReader(t, b.st, small, tp2pp2, placement.Rank{}, "page_first", 4, opts)
+		for n := 1; n <= 3; n++ {
+			before := clone(regions)
+			res, err := rd.Read(context.Background(), keys, iota(4), regions)
+			require.NoError(t, err)
+			require.EqualError(t, res.Stop, fmt.Sprintf("page %s: part 1: part checksum mismatch", keys[3]))
+			require.Equal(t, 3, res.Hit)
+			checkPool(t, rd.Geometry(), before, regions, keys, iota(4), 3)
+			st := rd.Stats()
+			// Pages 0-2 and part 0 of page 3 once, the bad part 1 each time.
+			require.Equal(t, int64(3*2+1+n), st.PartsChecked, "read %d", n)
+			require.Equal(t, int64(n), st.ChecksumErrors)
+		}
+	}
 }

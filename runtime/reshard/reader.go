@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/kvreshard/kvreshard/internal/lru"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
@@ -73,6 +74,8 @@ type Reader struct {
 
 	// checkPlans holds the whole-part plans of CheckParts, by layout id.
 	checkPlans *lru.Cache[checkPlan]
+	// lent holds the parts lent by a store.Viewer that passed their check.
+	lent lentChecked
 
 	// stages holds staging buffers, at most the planner's staging bound,
 	// one per Read in progress that has staged plans; bufs the ranges and
@@ -445,16 +448,63 @@ type exec struct {
 
 	copies    []copyJob // queued, in page order
 	copyBytes int       // their source bytes
-	ready     int       // pages read in full once the queued copies run
+	checks    []copyJob // whole parts to check before the copies, in page order (k: the part)
+	checkOK   []bool    // the result of each check
+	ready     int       // pages read in full once the queued checks pass and copies run
 
 	hit int   // pages read in full
 	err error // why the reads stopped
 }
 
-// copyJob is the copy of staged read k of page, whose bytes are src.
+// copyJob is the copy of staged read k of page, whose bytes are src; or
+// the check of part k of page, whose bytes are src, lent by the store when
+// lent is set.
 type copyJob struct {
 	page, k int
 	src     []byte
+	lent    bool
+}
+
+// lentChecked remembers the parts lent by a store.Viewer that passed their
+// check, by the memory that holds them, their length and checksum (which
+// binds the manifest and part number): a lent part never changes
+// (store.Viewer), so a reader hashes it the first time it sees it, not on
+// every read. The weak pointers neither keep a part alive nor match
+// another part allocated where a collected one was. It holds at most
+// lentBound parts, and starts over when full.
+type lentChecked struct {
+	mu sync.Mutex
+	m  map[lentPart]struct{}
+}
+
+type lentPart struct {
+	at  weak.Pointer[byte]
+	n   int
+	sum uint64
+}
+
+const lentBound = 1 << 14
+
+func (l *lentChecked) has(b []byte, sum uint64) bool {
+	if len(b) == 0 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.m[lentPart{weak.Make(&b[0]), len(b), sum}]
+	return ok
+}
+
+func (l *lentChecked) add(b []byte, sum uint64) {
+	if len(b) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil || len(l.m) >= lentBound {
+		l.m = make(map[lentPart]struct{})
+	}
+	l.m[lentPart{weak.Make(&b[0]), len(b), sum}] = struct{}{}
 }
 
 // unit is a run of ranges of one page that ends at end: the whole page, or
@@ -485,15 +535,17 @@ func (r *Reader) newExec(ctx context.Context, tpls []*plan.Plan, sums [][]uint64
 		b.segs = make([][]byte, 0, ns)
 	}
 	return &exec{r: r, ctx: ctx, tpls: tpls, sums: sums, keys: keys, slots: slots, regions: regions,
-		bufs: b, ranges: b.ranges[:0], segs: b.segs[:0], copies: b.copies[:0], delta: make([]int, len(regions))}
+		bufs: b, ranges: b.ranges[:0], segs: b.segs[:0], copies: b.copies[:0], checks: b.checks[:0], checkOK: b.checkOK, delta: make([]int, len(regions))}
 }
 
 // execBufs are the ranges, segments and copies of a request, reused by
 // the next (a large request has a range or segment per run of every page).
 type execBufs struct {
-	ranges []store.Range
-	segs   [][]byte
-	copies []copyJob
+	ranges  []store.Range
+	segs    [][]byte
+	copies  []copyJob
+	checks  []copyJob
+	checkOK []bool
 }
 
 // add adds the ranges of page i, reading the batch first when the page's
@@ -563,11 +615,11 @@ func (x *exec) add(i int) bool {
 	return true
 }
 
-// view runs the copies of staged page i straight from the parts the store
-// lends, after the batch before it is read, so that pages still complete in
-// order. Every read is viewed before any copy runs, so a page that fails
-// leaves its slot untouched. It returns false when a part could not be
-// viewed.
+// view queues the copies of staged page i straight from the parts the
+// store lends, and the checks of those parts, after the batch before it is
+// read, so that pages still complete in order. Every read is viewed before
+// any copy runs, so a page that fails leaves its slot untouched. It returns
+// false when a part could not be viewed.
 func (x *exec) view(v store.Viewer, i int, mk string) bool {
 	if x.start < len(x.ranges) && !x.flush() {
 		return false
@@ -583,10 +635,13 @@ func (x *exec) view(v store.Viewer, i int, mk string) bool {
 				Err: fmt.Errorf("past the end of the part (%d bytes)", len(b))}
 		}
 		if err == nil && int(rd.Part) != checked && len(b) == t.Manifest.PartBytes(int(rd.Part)) {
-			// A lent part is a whole part: check it once.
-			err, checked = x.check(i, int(rd.Part), b), int(rd.Part)
+			// A lent part is a whole part: check it, once a page, and
+			// not again once it passed.
+			x.queueCheck(i, int(rd.Part), b, true)
+			checked = int(rd.Part)
 		}
 		if err != nil {
+			x.dropFrom(i)
 			x.err = err
 			return false
 		}
@@ -606,39 +661,120 @@ func (x *exec) queue(i, k int, src []byte) {
 	x.copyBytes += len(src)
 }
 
-// runCopies runs the queued copies and counts the pages they complete.
-// It splits them, in order, into shares of about equal bytes, one a
-// worker, with at least minCopyShare bytes a share: the copies of a
-// request write disjoint bytes of the pool (its pages have distinct
-// slots, and the plans are proven to write no byte twice).
-func (x *exec) runCopies() {
-	jobs := x.copies
-	w := min(x.r.opts.CopyWorkers, len(jobs), max(1, x.copyBytes/max(minCopyShare, 1)))
-	run := func(js []copyJob) {
-		for _, j := range js {
-			x.r.planner.CopyStaged(x.tpls[j.page], j.k, j.src, x.regions, x.slots[j.page])
+// queueCheck queues the check of the bytes src of part p of page i, read
+// whole (lent by the store when lent is set), against the checksum the part
+// was written with, unless the reader skips checks, the store has no
+// checksum for it, or the reader checked these lent bytes before.
+func (x *exec) queueCheck(i, p int, src []byte, lent bool) {
+	if x.r.opts.SkipPartChecks || p >= len(x.sums[i]) || x.sums[i][p] == 0 {
+		return
+	}
+	if lent && x.r.lent.has(src, x.sums[i][p]) {
+		return
+	}
+	x.checks = append(x.checks, copyJob{page: i, k: p, src: src, lent: lent})
+}
+
+// runChecks runs the queued checks and drops them. When one fails, it
+// drops the queued copies of its page and of every later page, and
+// returns its error; pages before it are still read in full.
+func (x *exec) runChecks() error {
+	jobs := x.checks
+	if len(jobs) == 0 {
+		return nil
+	}
+	if cap(x.checkOK) < len(jobs) {
+		x.checkOK = make([]bool, len(jobs))
+	}
+	ok := x.checkOK[:len(jobs)]
+	total := 0
+	for _, j := range jobs {
+		total += len(j.src)
+	}
+	x.parallel(len(jobs), total, func(i int) int { return len(jobs[i].src) }, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			j := &jobs[i]
+			data := [1][]byte{j.src}
+			ok[i] = store.PartChecksum(x.tpls[j.page].Manifest.Key(), j.k, data[:]) == x.sums[j.page][j.k]
+		}
+	})
+	// The first page with a part that does not match; the checks counted
+	// are those of the pages up to it.
+	bad, part := -1, 0
+	checked, mismatched := 0, 0
+	for i, j := range jobs {
+		if bad >= 0 && j.page > bad {
+			break
+		}
+		checked++
+		if !ok[i] {
+			if bad < 0 {
+				bad, part = j.page, j.k
+			}
+			mismatched++
 		}
 	}
+	x.r.checked.Add(int64(checked))
+	x.r.badSums.Add(int64(mismatched))
+	for i, j := range jobs {
+		if ok[i] && j.lent {
+			x.r.lent.add(j.src, x.sums[j.page][j.k])
+		}
+	}
+	clear(x.checks)
+	x.checks = x.checks[:0]
+	if bad < 0 {
+		return nil
+	}
+	x.dropFrom(bad)
+	x.ready = min(x.ready, bad)
+	return fmt.Errorf("part %d: %w", part, store.ErrChecksum)
+}
+
+// runCopies runs the queued checks, then the queued copies of the pages
+// before the first that failed its check, and counts the pages they
+// complete. It returns the error of the failed check. It splits the
+// copies, in order, into shares of about equal bytes, one a worker: the
+// copies of a request write disjoint bytes of the pool (its pages have
+// distinct slots, and the plans are proven to write no byte twice).
+func (x *exec) runCopies() error {
+	err := x.runChecks()
+	jobs := x.copies
+	w := x.parallel(len(jobs), x.copyBytes, func(i int) int { return len(jobs[i].src) }, func(lo, hi int) {
+		for _, j := range jobs[lo:hi] {
+			x.r.planner.CopyStaged(x.tpls[j.page], j.k, j.src, x.regions, x.slots[j.page])
+		}
+	})
+	if testHookCopyWorkers != nil && len(jobs) > 0 {
+		testHookCopyWorkers(w)
+	}
+	clear(x.copies)
+	x.copies, x.copyBytes = x.copies[:0], 0
+	x.hit = x.ready
+	return err
+}
+
+// parallel runs run over jobs [0,n), whose sizes sum to total bytes, split
+// in order into shares of about equal bytes, one a worker, on up to
+// CopyWorkers goroutines, with at least minCopyShare bytes a share. It
+// returns the goroutines it used, the calling one included.
+func (x *exec) parallel(n, total int, size func(i int) int, run func(lo, hi int)) int {
+	w := min(x.r.opts.CopyWorkers, n, max(1, total/max(minCopyShare, 1)))
 	// Share s starts at the first job with s/w of the bytes before it;
 	// the calling goroutine runs the last.
 	var wg sync.WaitGroup
 	first, s, before := 0, 1, 0
-	for i, j := range jobs {
-		if s < w && before*w >= s*x.copyBytes {
-			share := jobs[first:i]
-			wg.Go(func() { run(share) })
+	for i := range n {
+		if s < w && before*w >= s*total {
+			lo, hi := first, i
+			wg.Go(func() { run(lo, hi) })
 			first, s = i, s+1
 		}
-		before += len(j.src)
+		before += size(i)
 	}
-	if testHookCopyWorkers != nil && len(jobs) > 0 {
-		testHookCopyWorkers(s)
-	}
-	run(jobs[first:])
+	run(first, n)
 	wg.Wait()
-	clear(x.copies)
-	x.copies, x.copyBytes = x.copies[:0], 0
-	x.hit = x.ready
+	return s
 }
 
 // testHookCopyWorkers, when set, is called with the goroutines that ran
@@ -668,31 +804,11 @@ func (x *exec) stageNeed() int {
 	return max(min(need, x.r.planner.StageBound()), round)
 }
 
-// check checks the bytes b of part p of page i, read whole, against the
-// checksum the part was written with, unless the reader skips checks or
-// the store has no checksum for it.
-func (x *exec) check(i, p int, b []byte) error {
-	if x.r.opts.SkipPartChecks || p >= len(x.sums[i]) || x.sums[i][p] == 0 {
-		return nil
-	}
-	x.r.checked.Add(1)
-	data := [1][]byte{b}
-	if store.PartChecksum(x.tpls[i].Manifest.Key(), p, data[:]) != x.sums[i][p] {
-		x.r.badSums.Add(1)
-		return fmt.Errorf("part %d: %w", p, store.ErrChecksum)
-	}
-	return nil
-}
-
-// checkRead checks staged read k of page i, held in b, when it holds its
-// whole part.
-func (x *exec) checkRead(i, k int, b []byte) error {
+// whole reports whether staged read k of page i holds its whole part.
+func (x *exec) whole(i, k int) bool {
 	t := x.tpls[i]
 	rd := &t.Reads[k]
-	if rd.Src != 0 || rd.Len != t.Manifest.PartBytes(int(rd.Part)) {
-		return nil
-	}
-	return x.check(i, int(rd.Part), b)
+	return rd.Src == 0 && rd.Len == t.Manifest.PartBytes(int(rd.Part))
 }
 
 // flush reads the batch, runs the queued copies and those of the staged
@@ -710,20 +826,18 @@ func (x *exec) flush() bool {
 	if done >= len(batch) {
 		err = nil
 	}
-	all := true // every unit of the batch read in full and checked
-units:
 	for _, u := range x.units {
 		if u.end-x.start > done {
-			all = false
+			// Nothing of the page that failed reaches the pool.
+			x.dropFrom(x.ready)
 			break
 		}
 		t := x.tpls[u.page]
 		for k := u.reads[0]; k < u.reads[1]; k++ {
 			rd := &t.Reads[k]
 			s := u.base + rd.Stage
-			if cerr := x.checkRead(u.page, k, (*x.stage)[s:s+rd.Len]); cerr != nil {
-				all, err = false, cerr
-				break units
+			if x.whole(u.page, k) {
+				x.queueCheck(u.page, int(rd.Part), (*x.stage)[s:s+rd.Len], false)
 			}
 			x.queue(u.page, k, (*x.stage)[s:s+rd.Len])
 		}
@@ -731,10 +845,10 @@ units:
 			x.ready = u.page + 1
 		}
 	}
-	if !all {
-		x.dropUnready()
+	if cerr := x.runCopies(); cerr != nil {
+		// A page before the one whose read failed, if any.
+		err = cerr
 	}
-	x.runCopies()
 	x.units, x.start, x.used = x.units[:0], len(x.ranges), 0
 	if err != nil {
 		x.err = err
@@ -743,17 +857,23 @@ units:
 	return true
 }
 
-// dropUnready drops the queued copies of the page that failed, so that
-// nothing of it reaches the pool (the copies are in page order, and only
-// those of pages before x.ready are of pages read in full).
-func (x *exec) dropUnready() {
+// dropFrom drops the queued copies and checks of page p and the pages
+// after it (they are queued in page order), so that nothing of a page that
+// failed reaches the pool.
+func (x *exec) dropFrom(p int) {
 	n := len(x.copies)
-	for n > 0 && x.copies[n-1].page >= x.ready {
+	for n > 0 && x.copies[n-1].page >= p {
 		n--
 		x.copyBytes -= len(x.copies[n].src)
 	}
 	clear(x.copies[n:])
 	x.copies = x.copies[:n]
+	n = len(x.checks)
+	for n > 0 && x.checks[n-1].page >= p {
+		n--
+	}
+	clear(x.checks[n:])
+	x.checks = x.checks[:n]
 }
 
 // release returns the staging buffer and the range, segment and copy
@@ -766,7 +886,8 @@ func (x *exec) release() {
 	}
 	clear(x.ranges)
 	clear(x.segs)
-	x.bufs.ranges, x.bufs.segs, x.bufs.copies = x.ranges[:0], x.segs[:0], x.copies[:0]
+	clear(x.checks)
+	x.bufs.ranges, x.bufs.segs, x.bufs.copies, x.bufs.checks, x.bufs.checkOK = x.ranges[:0], x.segs[:0], x.copies[:0], x.checks[:0], x.checkOK
 	x.r.bufs.Put(x.bufs)
 	x.bufs = nil
 }
