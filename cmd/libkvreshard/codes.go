@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
 	"github.com/kvreshard/kvreshard/runtime/reshard"
-	"github.com/kvreshard/kvreshard/runtime/store"
 )
 
 // The constants of kvreshard.h, defined again in Go so that the Go side
@@ -94,22 +92,20 @@ func statusCode(s reshard.Status) uint8 {
 	return kvrFailed
 }
 
-// stopCode is the KVR_STOP_* of why a read stopped (Result.Stop): a page
-// missing or incomplete, rewritten in another layout since the query, or
-// gone while read (evicted) is a miss; a manifest rejected is checked
-// before the miss, since a manifest not found also wraps store.ErrNotFound.
+// stopCode is the KVR_STOP_* of why a read stopped (Result.Stop), as
+// reshard.Classify sorts it: a corrupt part (checksum) is a failed read.
 func stopCode(stop error) int {
-	switch {
-	case stop == nil:
+	switch reshard.Classify(stop) {
+	case reshard.StopNone:
 		return kvrStopNone
-	case errors.Is(stop, reshard.ErrBudget):
-		return kvrStopBudget
-	case errors.Is(stop, context.Canceled), errors.Is(stop, context.DeadlineExceeded):
-		return kvrStopCanceled
-	case errors.Is(stop, reshard.ErrManifest):
-		return kvrStopManifest
-	case errors.Is(stop, reshard.ErrMiss), errors.Is(stop, store.ErrChanged), errors.Is(stop, store.ErrNotFound):
+	case reshard.StopMiss:
 		return kvrStopMiss
+	case reshard.StopBudget:
+		return kvrStopBudget
+	case reshard.StopCanceled:
+		return kvrStopCanceled
+	case reshard.StopRejected:
+		return kvrStopManifest
 	}
 	return kvrStopFailed
 }

@@ -240,11 +240,11 @@ func kvrgoWriterStats(h C.uint64_t, out *C.kvr_writer_stats) (rc C.int) {
 	if out == nil {
 		return kvrEInval
 	}
+	s := wh.w.Stats()
 	*out = C.kvr_writer_stats{
-		requests: C.int64_t(wh.requests.Load()), pages: C.int64_t(wh.pages.Load()),
-		written: C.int64_t(wh.written.Load()), complete: C.int64_t(wh.complete.Load()),
-		refused: C.int64_t(wh.refused.Load()), replica: C.int64_t(wh.replica.Load()),
-		failed: C.int64_t(wh.failed.Load()), bytes: C.int64_t(wh.bytes.Load()),
+		requests: C.int64_t(s.Requests), pages: C.int64_t(s.Pages),
+		written: C.int64_t(s.Written), complete: C.int64_t(s.Complete), refused: C.int64_t(s.Refused),
+		replica: C.int64_t(s.Replica), failed: C.int64_t(s.Failed), bytes: C.int64_t(s.Bytes),
 	}
 	return kvrOK
 }
@@ -280,11 +280,9 @@ func kvrgoReaderExists(h C.uint64_t, keys *C.char, offsets *C.int64_t, n C.int64
 	if e != nil {
 		return finish(e, "", err, errlen)
 	}
-	c, e := rh.exists(ks)
-	if e == nil {
-		*complete = C.int64_t(c)
-	}
-	return finish(e, "", err, errlen)
+	c, msg, e := rh.exists(ks)
+	*complete = C.int64_t(c)
+	return finish(e, msg, err, errlen)
 }
 
 //export kvrgoReaderRead

@@ -101,14 +101,11 @@ func (p *poolUser) close(h uint64, kind string) error {
 // writerHandle is an open writer.
 type writerHandle struct {
 	poolUser
-	w         *reshard.Writer
-	man       *manifest.Manifest
-	partBytes int64 // bytes of the part this rank writes
+	w   *reshard.Writer
+	man *manifest.Manifest
 
 	pubMu     sync.Mutex
 	published atomic.Bool
-
-	requests, pages, written, complete, refused, replica, failed, bytes atomic.Int64
 }
 
 // readerHandle is an open reader.
@@ -234,7 +231,7 @@ func openWriter(sh uint64, ma modelArgs, pa placementArgs, a *poolArgs, part str
 	if err := s.use(sh); err != nil {
 		return 0, err
 	}
-	wh := &writerHandle{poolUser: poolUser{store: s, regions: regs}, w: w, man: m, partBytes: int64(m.PartBytes(idx))}
+	wh := &writerHandle{poolUser: poolUser{store: s, regions: regs}, w: w, man: m}
 	return uint64(cgo.NewHandle(wh)), nil
 }
 
@@ -284,24 +281,9 @@ func (wh *writerHandle) write(keys []string, slots []int, statuses []uint8) (str
 	if err != nil {
 		return "", errorf(kvrEStore, "%v", err)
 	}
-	wh.requests.Add(1)
-	wh.pages.Add(int64(len(keys)))
 	msg := ""
 	for i, pr := range res {
 		statuses[i] = statusCode(pr.Status)
-		switch pr.Status {
-		case reshard.Written:
-			wh.written.Add(1)
-			wh.bytes.Add(wh.partBytes)
-		case reshard.Complete:
-			wh.complete.Add(1)
-		case reshard.Refused:
-			wh.refused.Add(1)
-		case reshard.Replica:
-			wh.replica.Add(1)
-		default:
-			wh.failed.Add(1)
-		}
 		if msg == "" && (pr.Status == reshard.Refused || pr.Status == reshard.Failed) {
 			msg = fmt.Sprintf("%s %s: %v", describe(i, pr.Key), pr.Status, pr.Err)
 		}
@@ -355,21 +337,22 @@ func openReader(sh uint64, ma modelArgs, pa placementArgs, a *poolArgs) (uint64,
 	return uint64(cgo.NewHandle(rh)), nil
 }
 
-// exists returns how many leading pages of keys are complete.
-func (rh *readerHandle) exists(keys []string) (int, error) {
+// exists returns how many leading pages of keys the reader would read,
+// and why the run ends when it is not a plain miss: a rejected manifest is
+// a message with KVR_OK (a miss to the cache, as in a read), anything else
+// (a failed query, an unreadable object) KVR_ESTORE.
+func (rh *readerHandle) exists(keys []string) (int, string, error) {
 	if len(keys) == 0 {
-		return 0, nil
+		return 0, "", nil
 	}
-	objs, err := rh.store.st.Query(context.Background(), keys)
-	if err != nil {
-		return 0, errorf(kvrEStore, "query: %v", err)
+	n, err := rh.r.Exists(context.Background(), keys)
+	switch reshard.Classify(err) {
+	case reshard.StopNone:
+		return n, "", nil
+	case reshard.StopRejected:
+		return n, err.Error(), nil
 	}
-	for i, o := range objs {
-		if !o.Complete {
-			return i, nil
-		}
-	}
-	return len(objs), nil
+	return n, "", errorf(kvrEStore, "%v", err)
 }
 
 // read reads the leading complete pages of keys into slots.

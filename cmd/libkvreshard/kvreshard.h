@@ -195,7 +195,10 @@ int kvr_reader_open(uint64_t store, const kvr_model *m, const kvr_placement *p, 
                     uint64_t *reader, char *err, size_t errlen);
 
 /* kvr_reader_exists puts into *complete how many leading pages of the n
- * keys are complete in the store. */
+ * keys a read would read now: complete in the store, with a manifest this
+ * reader accepts. A page past them that is missing is no error; one whose
+ * manifest is rejected is KVR_OK with the reason in err; a query that
+ * fails is KVR_ESTORE (with *complete the pages before it). */
 int kvr_reader_exists(uint64_t reader, const char *keys, const int64_t *offsets, int64_t n,
                       int64_t *complete, char *err, size_t errlen);
 
@@ -230,9 +233,10 @@ typedef struct {
 
 /* A writer's counters since its open. */
 typedef struct {
-    int64_t requests; /* kvr_writer_write calls that wrote or checked pages */
+    int64_t requests; /* kvr_writer_write calls with valid arguments and pages */
     int64_t pages;    /* pages given to them */
-    int64_t written, complete, refused, replica, failed; /* pages by status */
+    /* Pages by status; the pages of a batch whose query failed are failed. */
+    int64_t written, complete, refused, replica, failed;
     int64_t bytes;    /* bytes of the parts written */
 } kvr_writer_stats;
 

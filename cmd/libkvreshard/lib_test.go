@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/cgo"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -110,7 +112,7 @@ func TestBuildPlacement(t *testing.T) {
 
 // testPool is a pool in Go memory for rank r's binding: its args and its
 // regions.
-func testPool(t *testing.T, layout string, d *manifest.Descriptor, p placementArgs, slots int) (*poolArgs, [][]byte) {
+func testPool(t testing.TB, layout string, d *manifest.Descriptor, p placementArgs, slots int) (*poolArgs, [][]byte) {
 	t.Helper()
 	tp, r, err := buildPlacement(d, p)
 	require.NoError(t, err)
@@ -266,8 +268,8 @@ func TestStopCode(t *testing.T) {
 	}{
 		{nil, kvrStopNone},
 		{fmt.Errorf("%w: k", reshard.ErrMiss), kvrStopMiss},
-		{fmt.Errorf("page k: %w", &store.RangeError{Key: "k", Err: store.ErrNotFound}), kvrStopMiss},
-		{fmt.Errorf("page k: %w", store.ErrChanged), kvrStopMiss},
+		// A part gone between the query and the read: the reader wraps it.
+		{fmt.Errorf("page k: %w: %w", reshard.ErrMiss, &store.RangeError{Key: "k", Err: store.ErrNotFound}), kvrStopMiss},
 		{fmt.Errorf("%w: 2 pages", reshard.ErrBudget), kvrStopBudget},
 		{context.Canceled, kvrStopCanceled},
 		{fmt.Errorf("page k: %w", context.DeadlineExceeded), kvrStopCanceled},
@@ -342,11 +344,8 @@ func TestWriteRead(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, msg)
 		require.Equal(t, []uint8{kvrComplete, kvrComplete}, st, "rank %d", pp)
-		require.Equal(t, int64(2), w.requests.Load())
-		require.Equal(t, int64(pages+2), w.pages.Load())
-		require.Equal(t, int64(pages), w.written.Load())
-		require.Equal(t, int64(2), w.complete.Load())
-		require.Equal(t, int64(pages*w.w.Geometry().PageBytes), w.bytes.Load())
+		require.Equal(t, reshard.WriterStats{Requests: 2, Pages: pages + 2, Written: pages, Complete: 2,
+			Bytes: int64(pages * w.w.Geometry().PageBytes)}, w.w.Stats())
 	}
 
 	pa := placementArgs{tp: 2, pp: 1, tpRank: 1}
@@ -355,9 +354,14 @@ func TestWriteRead(t *testing.T) {
 	require.NoError(t, err)
 	rh, err := lookup[*readerHandle](rhv, "reader")
 	require.NoError(t, err)
-	n, err := rh.exists(keys)
+	n, msg, err := rh.exists(keys)
 	require.NoError(t, err)
 	require.Equal(t, pages, n)
+	require.Empty(t, msg)
+	n, msg, err = rh.exists(append(keys[:2:2], "kvreshard_x_"+model.Domain(), keys[3]))
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Empty(t, msg, "a miss is no error")
 	res, err := rh.read(keys, []int{4, 3, 2, 1, 0})
 	require.NoError(t, err)
 	require.Equal(t, pages, res.Hit)
@@ -505,4 +509,101 @@ func (m *metaStore) GetMeta(ctx context.Context, key string) ([]byte, error) {
 		return m.back, nil
 	}
 	return m.Store.GetMeta(ctx, key)
+}
+
+// BenchmarkEmptyRead is the Go side of an empty kvr_reader_read: finding
+// the handle, entering it and reading no page.
+func BenchmarkEmptyRead(b *testing.B) {
+	sh, err := openStore("mem://")
+	require.NoError(b, err)
+	defer closeStore(sh)
+	model, err := buildModel(testModel)
+	require.NoError(b, err)
+	pa := placementArgs{tp: 1, pp: 1}
+	a, _ := testPool(b, "page_first", &model.Descriptor, pa, 1)
+	r, err := openReader(sh, testModel, pa, a)
+	require.NoError(b, err)
+	for b.Loop() {
+		rh, err := lookup[*readerHandle](r, "reader")
+		if err == nil {
+			err = rh.enter(r, "reader")
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := rh.read(nil, nil); err != nil {
+			b.Fatal(err)
+		}
+		rh.mu.RUnlock()
+	}
+}
+
+// TestRejectedAndFailed reads and checks pages whose manifest is missing
+// (KVR_STOP_MANIFEST, and a message with KVR_OK from exists) through a
+// store whose queries fail (KVR_ESTORE from exists, KVR_STOP_FAILED).
+func TestRejectedAndFailed(t *testing.T) {
+	model, err := buildModel(testModel)
+	require.NoError(t, err)
+	_, _, keys := storeKeysOf(t, model.Domain(), 2)
+	mem, err := store.Open(context.Background(), "mem://")
+	require.NoError(t, err)
+	fs := &failStore{Store: mem}
+	sh := uint64(cgo.NewHandle(&storeHandle{url: "mem://", st: fs}))
+	defer closeStore(sh)
+
+	// Page 1 is complete, under a manifest nobody published.
+	mk := "kv/" + model.Domain() + "/manifests/" + strings.Repeat("0", 64)
+	errs := mem.WriteParts(context.Background(), []store.PartWrite{{Key: keys[1], Part: 0, Parts: 1, Manifest: mk, Data: [][]byte{{1}}}})
+	require.NoError(t, errs[0])
+	pa := placementArgs{tp: 1, pp: 1}
+	wa, _ := testPool(t, "page_first", &model.Descriptor, pa, 1)
+	w, err := openWriter(sh, testModel, pa, wa, "")
+	require.NoError(t, err)
+	wh, _ := lookup[*writerHandle](w, "writer")
+	defer wh.close(w, "writer")
+	st := []uint8{9}
+	_, err = wh.write(keys[:1], []int{0}, st)
+	require.NoError(t, err)
+	require.Equal(t, []uint8{kvrWritten}, st)
+
+	ra, _ := testPool(t, "layer_first", &model.Descriptor, pa, 2)
+	r, err := openReader(sh, testModel, pa, ra)
+	require.NoError(t, err)
+	rh, _ := lookup[*readerHandle](r, "reader")
+	defer rh.close(r, "reader")
+	n, msg, err := rh.exists(keys)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Contains(t, msg, "manifest rejected")
+	res, err := rh.read(keys, []int{0, 1})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Hit)
+	require.Equal(t, kvrStopManifest, stopCode(res.Stop))
+
+	fs.queryErr = errors.New("connection refused")
+	n, _, err = rh.exists(keys)
+	require.Equal(t, 0, n)
+	require.EqualError(t, err, "query: connection refused")
+	require.Equal(t, kvrEStore, codeOf(err))
+	res, err = rh.read(keys, []int{0, 1})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.Hit)
+	require.Equal(t, kvrStopFailed, stopCode(res.Stop))
+	require.EqualError(t, res.Stop, "query: connection refused")
+	_, err = wh.write(keys[:1], []int{0}, st)
+	require.EqualError(t, err, "query: connection refused")
+	require.Equal(t, kvrEStore, codeOf(err))
+}
+
+// failStore is a store whose queries fail with queryErr when it is set.
+type failStore struct {
+	store.Store
+	queryErr error
+}
+
+func (f *failStore) Query(ctx context.Context, keys []string) ([]store.Object, error) {
+	if f.queryErr != nil {
+		return nil, f.queryErr
+	}
+	return f.Store.Query(ctx, keys)
 }
