@@ -352,19 +352,26 @@ def _keys(keys):
     """keys as one buffer and n+1 offsets."""
     if isinstance(keys, (str, bytes)):
         raise TypeError("kvreshard: keys must be a sequence of str, not one %s" % type(keys).__name__)
+    if not isinstance(keys, (list, tuple)):
+        keys = list(keys)
+    if not keys:
+        return b"", _EMPTY_OFFSETS, 0
     try:
-        enc = [k.encode("utf-8") for k in keys]
-    except AttributeError:
+        s = "".join(keys)
+    except TypeError:
         bad = next(k for k in keys if not isinstance(k, str))
         raise TypeError("kvreshard: keys must be str, not %s" % type(bad).__name__) from None
-    if not enc:
-        return b"", _EMPTY_OFFSETS, 0
-    off = array.array("q", accumulate(map(len, enc), initial=0))
-    return b"".join(enc), off, len(enc)
+    b = s.encode("utf-8")
+    if len(b) == len(s):  # ASCII (page hashes are hex): str lengths are byte lengths
+        return b, array.array("q", accumulate(map(len, keys), initial=0)), len(keys)
+    enc = [k.encode("utf-8") for k in keys]
+    return b, array.array("q", accumulate(map(len, enc), initial=0)), len(keys)
 
 
 def _slots(slots, n):
     """slots as an address of n int64 values, and what keeps them alive."""
+    if n == 0 and isinstance(slots, (list, tuple)) and not slots:
+        return None, None
     np = _numpy()
     if np is not None and isinstance(slots, np.ndarray):
         a = np.ascontiguousarray(slots, dtype=np.int64)

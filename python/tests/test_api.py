@@ -131,6 +131,22 @@ def test_bad_keys_and_slots(tmp_path):
         # numpy slots and any sequence of ints
         assert r.read(["k1", "k2"], np.array([3, 2])).hit == 2
         assert r.read(["k1", "k2"], (0, 1)).hit == 2
+        assert r.read(iter(["k1", "k2"]), range(2)).hit == 2
+
+
+def test_keys_are_utf8(tmp_path):
+    """Keys of any length and script, in one buffer with offsets."""
+    url = "file://" + str(tmp_path)
+    keys = ["clé-1", "x" * 300, "鍵", "k"]
+    pages = write_pages(url, keys)
+    _, comps = pool_arrays()
+    with kv.Store(url) as st, kv.Reader(st, model(), kv.Placement(1, 1), kv.Pool("page_first", comps, 4)) as r:
+        assert r.exists(keys) == 4
+        assert r.exists(["k", "clé-1"]) == 2
+        assert r.exists(["cle-1"]) == 0
+        assert r.read(keys, [3, 2, 1, 0]).hit == 4
+    for k, s in zip(keys, [3, 2, 1, 0]):
+        o.check_slot(comps, "page_first", s, SP, pages[k], (0, 4), (0, 2))
 
 
 def test_closed_objects(tmp_path):
