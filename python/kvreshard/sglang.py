@@ -3,7 +3,8 @@
 SGLang loads it with its dynamic backend::
 
     python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B-Instruct \\
-        --tp 4 --pp-size 2 --enable-hierarchical-cache \\
+        --tp-size 4 --pp-size 2 --page-size 64 \\
+        --enable-hierarchical-cache --hicache-mem-layout page_first \\
         --hicache-storage-backend dynamic \\
         --hicache-storage-backend-extra-config '{"backend_name": "kvreshard",
             "module_path": "kvreshard.sglang", "class_name": "KvreshardStorage",
