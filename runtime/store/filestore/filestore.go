@@ -62,9 +62,12 @@
 // over. Locks are released when a process dies, so an object abandoned by a
 // killed writer is free once the lease has passed.
 //
-// When a writer writes to an object it also removes the object's temporary
-// files older than the lease (a killed writer's) and parts of other
-// generations (left by a takeover that was itself killed).
+// When a writer writes to an object that no other writer is writing (its
+// lock is free), it removes the object's temporary files older than the
+// lease: a killed writer's. Every write removes parts of generations other
+// than the claim's (left by a takeover that was itself killed). Temporary files
+// in meta/, left by a writer killed in PutMeta, are not removed; they are
+// harmless and may be deleted while no process writes.
 //
 // # Durability
 //
@@ -373,11 +376,20 @@ func (s *Store) writePart(w *store.PartWrite) error {
 
 // writeLocked writes a part under the object's lock.
 func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
-	lk, err := s.lock(dir)
+	lk, excl, err := s.lock(dir)
 	if err != nil {
 		return err
 	}
 	defer lk.Close()
+	if excl {
+		// Every temporary file in the directory is written under the
+		// lock: no other writer holds it, so the temporaries there are
+		// dead.
+		s.removeTemps(dir)
+		if err := flock(lk, unix.LOCK_SH); err != nil {
+			return fmt.Errorf("lock %s: %w", lk.Name(), err)
+		}
+	}
 	claimPath := filepath.Join(dir, "claim")
 	exclusive, cleaned := false, false
 	for {
@@ -442,7 +454,7 @@ func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
 			// abandoned. Then look again.
 			ok, err := upgrade(lk)
 			if err != nil {
-				return fmt.Errorf("lock %s: %w", lk.Name(), err)
+				return err
 			}
 			if !ok {
 				return refuse
@@ -457,6 +469,21 @@ func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
 			return err
 		}
 		s.removeStale(dir, mine.gen)
+		// Write the part under a shared lock, as any writer: other
+		// writers of the new layout need not wait for it.
+		if err := flock(lk, unix.LOCK_SH); err != nil {
+			return fmt.Errorf("lock %s: %w", lk.Name(), err)
+		}
+		exclusive = false
+	}
+}
+
+// flock applies a flock operation, retrying when a signal interrupts it.
+func flock(f *os.File, how int) error {
+	for {
+		if err := unix.Flock(int(f.Fd()), how); err != unix.EINTR {
+			return err
+		}
 	}
 }
 
@@ -464,50 +491,51 @@ func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
 // reports false, holding no lock, when another holds the lock; the caller
 // then only closes the file.
 func upgrade(f *os.File) (bool, error) {
-	fd := int(f.Fd())
-	if err := unix.Flock(fd, unix.LOCK_UN); err != nil {
-		return false, err
+	if err := flock(f, unix.LOCK_UN); err != nil {
+		return false, fmt.Errorf("unlock %s: %w", f.Name(), err)
 	}
-	for {
-		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-		switch err {
-		case nil:
-			return true, nil
-		case unix.EWOULDBLOCK:
-			return false, nil
-		case unix.EINTR:
-			continue
-		}
-		return false, err
+	return tryExclusive(f)
+}
+
+// tryExclusive locks f exclusively if no other holds its lock, and reports
+// whether it did. If f held a lock and another holds one too, f is left
+// with none (flock drops the old lock before it tries the new one).
+func tryExclusive(f *os.File) (bool, error) {
+	switch err := flock(f, unix.LOCK_EX|unix.LOCK_NB); err {
+	case nil:
+		return true, nil
+	case unix.EWOULDBLOCK:
+		return false, nil
+	default:
+		return false, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
 }
 
 // lock opens the object's lock file, creating it and the object's directory
-// if they are missing, and takes a shared lock on it. Closing the file
-// releases the lock.
-func (s *Store) lock(dir string) (*os.File, error) {
+// if they are missing, and locks it: exclusively if no other process holds
+// it (excl), or else shared. Closing the file releases the lock.
+func (s *Store) lock(dir string) (f *os.File, excl bool, err error) {
 	path := filepath.Join(dir, "lock")
-	f, err := s.open(path, os.O_RDWR|os.O_CREATE)
+	f, err = s.open(path, os.O_RDWR|os.O_CREATE)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := s.mkdir(dir); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		f, err = s.open(path, os.O_RDWR|os.O_CREATE)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_SH)
-		if err != unix.EINTR {
-			break
+	if excl, err = tryExclusive(f); err == nil && !excl {
+		if err = flock(f, unix.LOCK_SH); err != nil {
+			err = fmt.Errorf("lock %s: %w", path, err)
 		}
 	}
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		return nil, false, err
 	}
-	return f, nil
+	return f, excl, nil
 }
 
 // mkdir creates an object's directory and the fan-out one it is in.
@@ -537,29 +565,44 @@ func partsExist(dir string, c *claim) (bool, error) {
 	return true, nil
 }
 
-// removeStale removes, from an object's directory, temporary files older
-// than the lease and, unless gen is empty, parts of generations other than
-// gen. Failures are ignored: the files are harmless, and the next
-// write tries again.
+// removeStale removes from an object's directory the parts of generations
+// other than gen, which no claim names any more, unless gen is empty.
+// Failures are ignored: the files are harmless, and the next write tries
+// again.
 func (s *Store) removeStale(dir, gen string) {
-	d, err := os.Open(dir)
-	if err != nil {
+	if gen == "" {
 		return
 	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
+	for _, name := range readDirNames(dir) {
+		if strings.HasPrefix(name, "part-") && !strings.HasPrefix(name, "part-"+gen+"-") {
+			os.Remove(filepath.Join(dir, name))
+		}
+	}
+}
+
+// removeTemps removes from an object's directory the temporary files older
+// than the lease. The caller holds the object's lock exclusively, so no
+// live writer is writing them. Failures are ignored.
+func (s *Store) removeTemps(dir string) {
 	now := s.now()
-	for _, name := range names {
-		path := filepath.Join(dir, name)
-		switch {
-		case strings.HasPrefix(name, ".tmp-"):
+	for _, name := range readDirNames(dir) {
+		if strings.HasPrefix(name, ".tmp-") {
+			path := filepath.Join(dir, name)
 			if fi, err := os.Lstat(path); err == nil && now.Sub(fi.ModTime()) > s.lease {
 				os.Remove(path)
 			}
-		case gen != "" && strings.HasPrefix(name, "part-") && !strings.HasPrefix(name, "part-"+gen+"-"):
-			os.Remove(path)
 		}
 	}
+}
+
+func readDirNames(dir string) []string {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	return names
 }
 
 // writeFile writes the concatenated data to a temporary file beside path

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvreshard/kvreshard/runtime/store"
+	"github.com/kvreshard/kvreshard/runtime/store/storetest"
 )
 
 // twoParts is the layout the tests below write: parts of 10 and 20 bytes.
@@ -312,8 +314,9 @@ func TestLeaseLocked(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 0)}))
-	lk, err := s.lock(s.objectDir("k")) // as a writer in the middle of a part
+	lk, _, err := s.lock(s.objectDir("k")) // as a writer in the middle of a part
 	require.NoError(t, err)
+	require.NoError(t, flock(lk, unix.LOCK_SH))
 	clk.add(1000 * time.Hour)
 	require.Equal(t, []error{store.ErrLayoutConflict}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "b", 0)}))
 	// A writer of the same layout shares the lock.
@@ -323,8 +326,8 @@ func TestLeaseLocked(t *testing.T) {
 	require.Equal(t, []store.Object{twoPartsObject("b")}, query(t, s, "k"))
 }
 
-// TestStaleTemps: a write to an object removes its temporary files older
-// than the lease, and only those.
+// TestStaleTemps: a write to an object that no other writer is writing
+// removes its temporary files older than the lease, and only those.
 func TestStaleTemps(t *testing.T) {
 	ctx := context.Background()
 	clk := newClock()
@@ -345,6 +348,15 @@ func TestStaleTemps(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Dir(other), 0o777))
 	require.NoError(t, os.WriteFile(other, nil, 0o666))
 	require.NoError(t, os.Chtimes(other, clk.t.Add(-time.Hour), clk.t.Add(-time.Hour)))
+
+	// While another writer holds the object's lock, its temporaries may
+	// be its own: none is removed.
+	lk, _, err := s.lock(dir)
+	require.NoError(t, err)
+	require.NoError(t, flock(lk, unix.LOCK_SH))
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 0)}))
+	require.FileExists(t, old)
+	require.NoError(t, lk.Close())
 
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 1)}))
 	require.NoFileExists(t, old)
@@ -374,4 +386,48 @@ func TestMaxOpenFilesDefault(t *testing.T) {
 	require.NoError(t, err)
 	defer s2.Close()
 	require.Equal(t, 3, s2.maxFiles)
+}
+
+// TestTakeoverRace races writers of two layouts, each with its own store on
+// one directory, with a lease of 1ns: objects are taken over again and
+// again, and yet every object that ends complete holds one layout's bytes,
+// never a mix, and every other object is completed by a last writer.
+func TestTakeoverRace(t *testing.T) {
+	dir := t.TempDir()
+	layouts := map[string][]int{"kv/d/manifests/a": {300, 500}, "kv/d/manifests/b": {200, 200, 400}}
+	ks := raceKeys("page", 40)
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	for g := range 8 {
+		m := "kv/d/manifests/a"
+		if g%2 == 1 {
+			m = "kv/d/manifests/b"
+		}
+		s, err := Open(dir, Options{Lease: time.Nanosecond})
+		require.NoError(t, err)
+		defer s.Close()
+		wg.Go(func() { errc <- storetest.RaceWrite(s, m, layouts[m], ks, uint64(g)) })
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		require.NoError(t, err)
+	}
+	s, err := Open(dir, Options{Lease: time.Hour})
+	require.NoError(t, err)
+	defer s.Close()
+	objs := query(t, s, ks...)
+	complete := 0
+	for i, o := range objs {
+		require.NoError(t, o.Err)
+		if o.Complete {
+			complete++
+			continue
+		}
+		// Finish it with the layout of its claim.
+		c := claimOf(t, s, ks[i])
+		require.NoError(t, storetest.RaceWrite(s, c.manifest, layouts[c.manifest], ks[i:i+1], 0))
+	}
+	t.Logf("%d of %d keys complete after the race", complete, len(ks))
+	storetest.CheckRaced(t, s, ks, layouts)
 }

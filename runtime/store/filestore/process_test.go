@@ -25,9 +25,10 @@ import (
 // The tests below run this test binary again as writer processes. The
 // helper's arguments travel in environment variables.
 const (
-	envMode = "KVRESHARD_FILESTORE_HELPER"
-	envDir  = "KVRESHARD_FILESTORE_DIR"
-	envArgs = "KVRESHARD_FILESTORE_ARGS"
+	envMode  = "KVRESHARD_FILESTORE_HELPER"
+	envDir   = "KVRESHARD_FILESTORE_DIR"
+	envArgs  = "KVRESHARD_FILESTORE_ARGS"
+	envLease = "KVRESHARD_FILESTORE_LEASE" // the writers' lease; empty: the default
 )
 
 // TestHelperProcess is a writer process, not a test.
@@ -36,12 +37,19 @@ func TestHelperProcess(t *testing.T) {
 	if mode == "" {
 		t.Skip("run by the multi-process tests")
 	}
+	var err error
 	args := strings.Split(os.Getenv(envArgs), "|")
 	if mode == "lowfiles" {
 		lowFiles(args)
 		os.Exit(0)
 	}
-	s, err := Open(os.Getenv(envDir), Options{})
+	var opts Options
+	if v := os.Getenv(envLease); v != "" {
+		if opts.Lease, err = time.ParseDuration(v); err != nil {
+			fail(err)
+		}
+	}
+	s, err := Open(os.Getenv(envDir), opts)
 	if err != nil {
 		fail(err)
 	}
@@ -227,6 +235,20 @@ func helper(t *testing.T, dir, mode string, args ...string) *exec.Cmd {
 // TestProcessesRace has writer processes of two layouts race on the same
 // keys: every key ends complete in exactly one layout, never mixed.
 func TestProcessesRace(t *testing.T) {
+	won := processesRace(t, "")
+	t.Logf("keys won per layout: %v", won)
+}
+
+// TestProcessesTakeoverRace races writer processes of two layouts with a
+// lease of 1ns, so that they take objects over from each other all the time:
+// no object ever mixes layouts, and what is left incomplete is completed by
+// a last writer.
+func TestProcessesTakeoverRace(t *testing.T) {
+	won := processesRace(t, "1ns")
+	t.Logf("keys left per layout: %v", won)
+}
+
+func processesRace(t *testing.T, lease string) map[string]int {
 	dir := t.TempDir()
 	const nkeys = 120
 	layouts := map[string][]int{"kv/d/manifests/a": {3000, 5000}, "kv/d/manifests/b": {2000, 2000, 4000}}
@@ -241,6 +263,7 @@ func TestProcessesRace(t *testing.T) {
 			sizes += "," + strconv.Itoa(n)
 		}
 		cmd := helper(t, dir, "race", m, sizes, "page", strconv.Itoa(nkeys), strconv.Itoa(i))
+		cmd.Env = append(cmd.Env, envLease+"="+lease)
 		require.NoError(t, cmd.Start())
 		cmds = append(cmds, cmd)
 	}
@@ -252,14 +275,20 @@ func TestProcessesRace(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	ks := raceKeys("page", nkeys)
-	storetest.CheckRaced(t, s, ks, layouts)
 	objs, err := s.Query(context.Background(), ks)
 	require.NoError(t, err)
 	won := map[string]int{}
-	for _, o := range objs {
+	for i, o := range objs {
+		require.NoError(t, o.Err)
 		won[o.Manifest]++
+		if !o.Complete {
+			require.NotEmpty(t, lease, "%s was left incomplete without takeovers", ks[i])
+			c := claimOf(t, s, ks[i])
+			require.NoError(t, storetest.RaceWrite(s, c.manifest, layouts[c.manifest], ks[i:i+1], 0))
+		}
 	}
-	t.Logf("keys won per layout: %v", won)
+	storetest.CheckRaced(t, s, ks, layouts)
+	return won
 }
 
 // bigLayout is the layout of TestKilledWriter: part 0 is 2 MiB in 8
