@@ -155,6 +155,8 @@ func TestPlanStrategies(t *testing.T) {
 // GETRANGE costs as much as 8 KB of bandwidth, less than the 10 KiB gaps,
 // and a scatter segment less than the staged copy of its bytes, so auto
 // reads each source span into its 40 segments: 256 ops instead of 10240.
+// Every figure is configured (no copy speed is measured at run time), so
+// the estimates are pinned.
 // The page's bytes are checked byte for byte.
 func TestPlan70BAutoRedis(t *testing.T) {
 	const model = "layers=80,kv-heads=8,head-dim=128,dtype=bf16,page=64"
@@ -174,6 +176,11 @@ func TestPlan70BAutoRedis(t *testing.T) {
 	require.Equal(t, 2621440, auto.Bytes)
 	require.Equal(t, 2621440, auto.ReadBytes)
 	require.Equal(t, "redis", auto.Transport)
+	// The configured figures alone decide, the same on every run: the
+	// spans staged and their runs copied (28 GB/s, 4 ns a run) cost more
+	// than scatter's extra segments (11 ns each).
+	require.Equal(t, map[string]int64{"direct": 49670024, "scatter": 2855048, "staged": 2879807}, auto.Estimates)
+	require.Equal(t, int64(2855048), auto.EstimatedNS)
 	seed := content.Seed("plan-70b")
 	parts := stratParts(t, model, placement.Topology{TP: 8, PP: 1}, seed)
 	ms, err := parseModel(model)

@@ -38,6 +38,15 @@
 //	                          whole parts that hold the bytes
 //	reshard_gbps_redis        resharded reads (auto) from Redis, against
 //	                          direct
+//	auto_regret_file          the time of resharded reads from the file
+//	                          store with the plan auto picks on the file
+//	                          cost model, over the time of the fastest of
+//	                          direct, scatter and staged, timed in turns
+//	auto_regret_redis         the same from Redis, on the Redis cost model
+//	checksum_cost             staged reads of whole parts from the file
+//	                          store, part checksums checked, against the
+//	                          same reads with reshard.ReaderOptions
+//	                          SkipPartChecks
 //
 // Times are the best of several runs, and the kernel ratios the median of
 // turns taken in alternation with their baselines: the machine may be
@@ -77,6 +86,7 @@ var Names = []string{
 	"copy_vs_memmove", "copy_vs_memmove_runs", "generated_vs_interpreter",
 	"plan_build_us_70b", "plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b",
 	"reshard_vs_identity_mem", "gapped_vs_contiguous_mem", "reshard_gbps_file", "redis_vs_get", "redis_getrange_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
+	"auto_regret_file", "auto_regret_redis", "checksum_cost",
 }
 
 // Options configure a run.

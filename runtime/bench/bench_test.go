@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
@@ -17,7 +19,7 @@ type step struct {
 }
 
 // TestRedisSkipped runs the Redis step with a server that cannot start:
-// both Redis figures are skipped with the reason, after the pages step
+// every Redis figure is skipped with the reason, after the pages step
 // that the store steps need.
 func TestRedisSkipped(t *testing.T) {
 	var steps []step
@@ -31,6 +33,7 @@ func TestRedisSkipped(t *testing.T) {
 		{Name: "redis_getrange_vs_get", Unit: "x", BaselineUnit: "GB/s", Skipped: "no Redis server: redis-server: no such file"},
 		{Name: "redis_vs_get_parts", Unit: "x", BaselineUnit: "GB/s", Skipped: "no Redis server: redis-server: no such file"},
 		{Name: "reshard_gbps_redis", Unit: "GB/s", BaselineUnit: "GB/s", Skipped: "no Redis server: redis-server: no such file"},
+		{Name: "auto_regret_redis", Unit: "x", BaselineUnit: "GB/s", Target: "<= 1.1", Skipped: "no Redis server: redis-server: no such file"},
 	}, figs)
 }
 
@@ -78,4 +81,55 @@ func TestCalibrateMemory(t *testing.T) {
 	require.Positive(t, c.Bandwidth)
 	require.Positive(t, c.Big)
 	require.GreaterOrEqual(t, c.OpNS, 0.0)
+}
+
+// TestRangeKernelsUnknownLayout: a layout name that is not built in is
+// an error of the kernels step, not a nil layout.
+func TestRangeKernelsUnknownLayout(t *testing.T) {
+	_, _, err := rangeKernels([]string{"PLHD"}, []string{"page_first", "nope"})
+	_, want := layouts.Get("nope")
+	require.Error(t, want)
+	require.EqualError(t, err, want.Error())
+	gen, interp, err := rangeKernels(rangeParts, rangePools)
+	require.NoError(t, err)
+	require.Len(t, gen, 12)
+	require.Len(t, interp, 12)
+}
+
+// TestCalibrationTransport turns measurements into a cost model: the
+// larger op cost, figures rounded; the memory store's copies are its
+// reads; figures out of bounds are refused.
+func TestCalibrationTransport(t *testing.T) {
+	c := Calibration{Name: "file", OpNS: 300.4, SmallOpNS: 612.6, SegmentNS: 540.5, Bandwidth: 17.8123e9, CopyBandwidth: 26.7345e9, CopyRunNS: 1.84}
+	tr, err := c.Transport()
+	require.NoError(t, err)
+	require.Equal(t, plan.Transport{Name: "file", OpNS: 613, SegmentNS: 541, Bandwidth: 17.8e9, CopyBandwidth: 26.7e9, CopyRunNS: 1.8,
+		Segments: 4, SegmentLimit: 1024}, tr)
+	c.Name = "memory"
+	tr, err = c.Transport()
+	require.NoError(t, err)
+	require.Equal(t, plan.Transport{Name: "memory", OpNS: 613, SegmentNS: 541, Bandwidth: 17.8e9, CopyBandwidth: 17.8e9, CopyRunNS: 541,
+		Segments: 64, SegmentLimit: 1024, InPlace: true}, tr)
+	c.Name, c.CopyBandwidth = "redis", 0
+	_, err = c.Transport()
+	require.EqualError(t, err, "transport redis: copy_bandwidth is 0; want 1e+06 to 1e+15 bytes a second")
+	c.Name = "tcp"
+	_, err = c.Transport()
+	require.EqualError(t, err, `unknown transport "tcp"; transports are memory, file, redis, rdma`)
+}
+
+// TestInTurns: turn i starts with read i mod 3, each turn has a time for
+// each read, and the first error stops the turns.
+func TestInTurns(t *testing.T) {
+	var calls []int
+	read := func(k int) func() error { return func() error { calls = append(calls, k); return nil } }
+	times, err := inTurns(4, []func() error{read(0), read(1), read(2)})
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2}, calls)
+	require.Len(t, times, 4)
+	for _, turn := range times {
+		require.Len(t, turn, 3)
+	}
+	_, err = inTurns(2, []func() error{read(0), func() error { return errors.New("gone") }})
+	require.EqualError(t, err, "gone")
 }

@@ -3,9 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
+	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/store"
 	"github.com/kvreshard/kvreshard/runtime/store/filestore"
 	"github.com/kvreshard/kvreshard/runtime/store/memstore"
@@ -18,8 +20,13 @@ import (
 // between (the 70B case's source spans are 10 KiB); SmallOpNS from reads
 // of 256 bytes, for comparison: on Redis, a larger reply costs more than
 // its bytes at the large-read bandwidth.
+//
+// CopyBandwidth and CopyRunNS are this machine's speed of the local
+// copies out of a staging buffer (measureCopy), the same for every store.
 type Calibration struct {
+	Name                                  string
 	OpNS, SmallOpNS, SegmentNS, Bandwidth float64
+	CopyBandwidth, CopyRunNS              float64
 
 	Small, Medium, Big, Plain, Scatter time.Duration
 }
@@ -34,8 +41,27 @@ const (
 )
 
 func (c Calibration) String() string {
-	return fmt.Sprintf("op %.0f ns (%.0f ns at 256 bytes), segment %.0f ns, %.2f GB/s (%d reads of 256 bytes in %s, %d of 16 KiB in %s, %d of 2 MiB in %s, %d of 1 KiB in %s, in 4 segments in %s)",
-		c.OpNS, c.SmallOpNS, c.SegmentNS, c.Bandwidth/1e9, calSmall, c.Small, calMed, c.Medium, calBig, c.Big, calScat, c.Plain, c.Scatter)
+	return fmt.Sprintf("op %.0f ns (%.0f ns at 256 bytes), segment %.0f ns, %.2f GB/s; copies %.2f GB/s, %.1f ns a run (%d reads of 256 bytes in %s, %d of 16 KiB in %s, %d of 2 MiB in %s, %d of 1 KiB in %s, in 4 segments in %s)",
+		c.OpNS, c.SmallOpNS, c.SegmentNS, c.Bandwidth/1e9, c.CopyBandwidth/1e9, c.CopyRunNS, calSmall, c.Small, calMed, c.Medium, calBig, c.Big, calScat, c.Plain, c.Scatter)
+}
+
+// Transport returns the cost model the calibration measures: the default
+// transport of its store, with the measured figures. The op cost is the
+// larger of OpNS and SmallOpNS, as for the defaults. The memory store's
+// reads are local copies, so its copy speed is its bandwidth and segment
+// cost, as MemoryTransport's is; the other stores copy out of a staging
+// buffer at the machine's measured copy speed.
+func (c Calibration) Transport() (plan.Transport, error) {
+	t, err := plan.TransportNamed(c.Name)
+	if err != nil {
+		return t, err
+	}
+	t.OpNS, t.SegmentNS, t.Bandwidth = math.Round(max(c.OpNS, c.SmallOpNS)), math.Round(c.SegmentNS), round(c.Bandwidth)
+	t.CopyBandwidth, t.CopyRunNS = round(c.CopyBandwidth), math.Round(c.CopyRunNS*10)/10
+	if t.InPlace {
+		t.CopyBandwidth, t.CopyRunNS = t.Bandwidth, t.SegmentNS
+	}
+	return t, t.Validate()
 }
 
 // Calibrate measures the store named memory, file (in a temporary
@@ -101,7 +127,8 @@ func Calibrate(ctx context.Context, name string, start func() (string, func(), e
 			return err
 		})
 	}
-	var c Calibration
+	c := Calibration{Name: name}
+	c.CopyBandwidth, c.CopyRunNS = measureCopy(4<<20, 256, 7)
 	var err error
 	if c.Big, err = time(batch(calBig, 2<<20, 2<<20, 1)); err != nil {
 		return c, err
@@ -123,4 +150,32 @@ func Calibrate(ctx context.Context, name string, start func() (string, func(), e
 	c.OpNS = max(0, (float64(c.Medium.Nanoseconds())-float64(calMed*(16<<10))/c.Bandwidth*1e9)/calMed)
 	c.SegmentNS = max(0, float64(c.Scatter.Nanoseconds()-c.Plain.Nanoseconds())/(3*calScat))
 	return c, nil
+}
+
+// measureCopy times local copies of size bytes, best of reps: one copy()
+// of them all, and copies of run bytes taken from every other run of the
+// source into contiguous memory, one copy() a run. It returns the bytes a
+// second of the first, and what a run of the second costs beyond its
+// bytes at that speed.
+func measureCopy(size, run, reps int) (bandwidth, runNS float64) {
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src)
+	whole, runs := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	for range reps {
+		start := time.Now()
+		copy(dst, src)
+		whole = min(whole, time.Since(start))
+		start = time.Now()
+		for o := 0; o+2*run <= size; o += 2 * run {
+			copy(dst[o/2:o/2+run], src[o:o+run])
+		}
+		runs = min(runs, time.Since(start))
+	}
+	bandwidth = float64(size) / max(whole.Seconds(), 1e-9)
+	n := size / (2 * run)
+	runNS = (float64(runs.Nanoseconds()) - float64(size/2)/bandwidth*1e9) / float64(n)
+	return bandwidth, max(runNS, 0)
 }

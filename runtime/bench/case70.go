@@ -137,21 +137,9 @@ func (c *case70) kernels(ctx context.Context, o *Options) ([]Figure, error) {
 
 	// Range kernels of every built-in part -> pool pair, generated and
 	// interpreted, on the problem of part 0.
-	var gen, interp []*kernel.Kernels
-	for _, pn := range []string{"PLHD", "LPHD", "HPLD"} {
-		for _, qn := range []string{"page_first", "page_first_direct", "layer_first", "page_head"} {
-			src, _ := layouts.Get(pn)
-			dst, _ := layouts.Get(qn)
-			g := kernel.Lookup(kernel.Pair{Src: src.Identity(), Dst: dst.Identity()})
-			if g == nil {
-				return nil, fmt.Errorf("no compiled kernels for %s -> %s", src.Identity(), dst.Identity())
-			}
-			ir, err := compiler.Lower(src, dst)
-			if err != nil {
-				return nil, err
-			}
-			gen, interp = append(gen, g), append(interp, kernel.Interpreter{IR: ir}.Kernels())
-		}
+	gen, interp, err := rangeKernels(rangeParts, rangePools)
+	if err != nil {
+		return nil, err
 	}
 	scratch := make([]kernel.Run, 0, 8192)
 	rangeAll := func(ks []*kernel.Kernels) func() {
@@ -166,6 +154,40 @@ func (c *case70) kernels(ctx context.Context, o *Options) ([]Figure, error) {
 		Detail: fmt.Sprintf("range kernels of the 12 built-in part -> pool pairs on the 70B problem of one part: generated %.0f µs, interpreter %.0f µs", us(gt), us(it))}
 	atLeast(&gi, 3)
 	return []Figure{cp, runsFig, gi}, nil
+}
+
+// The built-in part and pool layouts whose range kernels
+// generated_vs_interpreter times.
+var (
+	rangeParts = []string{"PLHD", "LPHD", "HPLD"}
+	rangePools = []string{"page_first", "page_first_direct", "layer_first", "page_head"}
+)
+
+// rangeKernels returns the generated kernels and the interpreter's of
+// every pair of the built-in layouts named.
+func rangeKernels(parts, pools []string) (gen, interp []*kernel.Kernels, err error) {
+	for _, pn := range parts {
+		for _, qn := range pools {
+			src, err := layouts.Get(pn)
+			if err != nil {
+				return nil, nil, err
+			}
+			dst, err := layouts.Get(qn)
+			if err != nil {
+				return nil, nil, err
+			}
+			g := kernel.Lookup(kernel.Pair{Src: src.Identity(), Dst: dst.Identity()})
+			if g == nil {
+				return nil, nil, fmt.Errorf("no compiled kernels for %s -> %s", src.Identity(), dst.Identity())
+			}
+			ir, err := compiler.Lower(src, dst)
+			if err != nil {
+				return nil, nil, err
+			}
+			gen, interp = append(gen, g), append(interp, kernel.Interpreter{IR: ir}.Kernels())
+		}
+	}
+	return gen, interp, nil
 }
 
 // plans measures the plan figures.

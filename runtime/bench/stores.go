@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,33 +80,28 @@ type reading struct {
 	best     time.Duration
 	ops      int // transport ops of one page
 	strategy plan.Strategy
+	rd       *reshard.Reader
 }
 
 func (r reading) gbps() float64 { return gbps(r.bytes, r.best) }
 
-// read times reads of every page of keys by rank rank of topology t with
-// the planner options, best of the run's repetitions, after one read that
-// fills the caches and whose first and last pages are checked element by
-// element.
-func (c *case70) read(ctx context.Context, st store.Store, keys []string, t placement.Topology, rank placement.Rank, opts plan.Options) (reading, error) {
-	out, once, err := c.reader(ctx, st, keys, t, rank, opts)
-	if err != nil {
-		return out, err
-	}
-	out.best, err = best(c.sz.reps, 1, once)
-	return out, err
+// reader makes a reader of every page of keys by rank rank of topology t
+// with the planner options, reads once, which fills the caches, checks
+// the first and last pages element by element, and returns the reading
+// without its time and the read to time.
+func (c *case70) reader(ctx context.Context, st store.Store, keys []string, t placement.Topology, rank placement.Rank, opts plan.Options) (reading, func() error, error) {
+	return c.readerWith(ctx, st, keys, t, rank, reshard.ReaderOptions{Plan: opts})
 }
 
-// reader makes the reader of read, reads and checks once, and returns the
-// reading without its time and the read to time.
-func (c *case70) reader(ctx context.Context, st store.Store, keys []string, t placement.Topology, rank placement.Rank, opts plan.Options) (reading, func() error, error) {
+// readerWith is reader with every reader option.
+func (c *case70) readerWith(ctx context.Context, st store.Store, keys []string, t placement.Topology, rank placement.Rank, ro reshard.ReaderOptions) (reading, func() error, error) {
 	var out reading
 	b, err := plan.BindingFor(c.d, t, rank, c.poolL, len(keys))
 	if err != nil {
 		return out, nil, err
 	}
-	opts.RequireCompiled = true
-	rd, err := reshard.NewReader(st, c.model.Domain(), c.d, b, reshard.ReaderOptions{Plan: opts})
+	ro.Plan.RequireCompiled = true
+	rd, err := reshard.NewReader(st, c.model.Domain(), c.d, b, ro)
 	if err != nil {
 		return out, nil, err
 	}
@@ -137,7 +134,7 @@ func (c *case70) reader(ctx context.Context, st store.Store, keys []string, t pl
 	if err != nil {
 		return out, nil, err
 	}
-	out.ops, out.strategy = tpl.OpCount(), tpl.Strategy
+	out.ops, out.strategy, out.rd = tpl.OpCount(), tpl.Strategy, rd
 	return out, once, nil
 }
 
@@ -251,7 +248,7 @@ func shares(w, n int, f func(i int)) {
 	wg.Wait()
 }
 
-// file measures reshard_gbps_file.
+// file measures reshard_gbps_file, auto_regret_file and checksum_cost.
 func (c *case70) file(ctx context.Context, o *Options) ([]Figure, error) {
 	dir, err := os.MkdirTemp(o.TempDir, "kvreshard-bench-")
 	if err != nil {
@@ -267,15 +264,143 @@ func (c *case70) file(ctx context.Context, o *Options) ([]Figure, error) {
 	if err := c.write(ctx, st, keys); err != nil {
 		return nil, err
 	}
-	rs, err := c.read(ctx, st, keys, c.reshard, placement.Rank{}, auto(plan.FileTransport()))
+	regret, runs, err := c.regret(ctx, st, keys, plan.FileTransport(), "auto_regret_file")
 	if err != nil {
 		return nil, err
 	}
-	dr, err := c.read(ctx, st, keys, c.reshard, placement.Rank{}, plan.Options{})
+	rs, dr := runs[regret.pick], runs[plan.Direct]
+	sums, err := c.checksumCost(ctx, st, keys)
 	if err != nil {
 		return nil, err
 	}
 	return []Figure{{Name: "reshard_gbps_file", Value: round(rs.gbps()), Unit: "GB/s", Baseline: round(dr.gbps()), BaselineUnit: "GB/s",
-		Detail: fmt.Sprintf("%d pages from the file store (page cache), TP 4/PP 2 rank 0/0: auto %s (%d ops a page); baseline: direct (%d ops a page)",
-			len(keys), rs.strategy, rs.ops, dr.ops)}}, nil
+		Detail: fmt.Sprintf("%d pages from the file store (page cache), TP 4/PP 2 rank 0/0: auto %s (%d ops a page); baseline: direct (%d ops a page); best of %d turns",
+			len(keys), rs.strategy, rs.ops, dr.ops, regret.turns)}, regret.fig, sums}, nil
+}
+
+// checksumCost measures checksum_cost: staged reads of the two whole
+// parts a page that hold the resharding reader's bytes (a gap as large as
+// a part is bridged), each part checked against its checksum before its
+// copy, against the same reads with SkipPartChecks, in turns. It checks
+// that the first reader checked every part and the second none.
+func (c *case70) checksumCost(ctx context.Context, st store.Store, keys []string) (Figure, error) {
+	tr := plan.FileTransport()
+	opts := plan.Options{Strategy: plan.Staged, Transport: &tr, MaxGap: c.m.PartBytes(0)}
+	checked, checkedOnce, err := c.readerWith(ctx, st, keys, c.reshard, placement.Rank{}, reshard.ReaderOptions{Plan: opts})
+	if err != nil {
+		return Figure{}, err
+	}
+	skipped, skippedOnce, err := c.readerWith(ctx, st, keys, c.reshard, placement.Rank{}, reshard.ReaderOptions{Plan: opts, SkipPartChecks: true})
+	if err != nil {
+		return Figure{}, err
+	}
+	if checked.ops != 2 || skipped.ops != 2 {
+		return Figure{}, fmt.Errorf("checksum_cost: staged plans of %d and %d ops a page; want the 2 whole parts", checked.ops, skipped.ops)
+	}
+	n := 3 * c.sz.reps
+	var ratio float64
+	if checked.best, skipped.best, ratio, err = pairwiseErr(n, 1, checkedOnce, skippedOnce); err != nil {
+		return Figure{}, err
+	}
+	reads := int64(n + 2) // the turns, the read before them, and pairwise's first
+	if got, want := checked.rd.Stats().PartsChecked, 2*int64(len(keys))*reads; got != want {
+		return Figure{}, fmt.Errorf("checksum_cost: the checking reader checked %d parts; want %d", got, want)
+	}
+	if got := skipped.rd.Stats().PartsChecked; got != 0 {
+		return Figure{}, fmt.Errorf("checksum_cost: the reader that skips checks checked %d parts", got)
+	}
+	f := Figure{Name: "checksum_cost", Value: round(ratio), Unit: "x", Baseline: round(skipped.gbps()), BaselineUnit: "GB/s",
+		Detail: fmt.Sprintf("%d pages from the file store, TP 4/PP 2 rank 0/0, staged reads of the 2 whole parts a page (%d bytes each), every part checked against its checksum (%.2f GB/s of pages), against the same reads with SkipPartChecks; median of %d turns",
+			len(keys), c.m.PartBytes(0), checked.gbps(), n)}
+	atLeast(&f, 0.9)
+	return f, nil
+}
+
+// regretResult is what regret measured: the figure, auto's choice, and
+// the turns taken.
+type regretResult struct {
+	fig   Figure
+	pick  plan.Strategy
+	turns int
+}
+
+// regret measures the figure of a name (auto_regret_file,
+// auto_regret_redis): reads of the pages by the resharding reader with
+// the plan of each of direct, scatter and staged on transport tr, timed in
+// turns (each turn reads with the three, in an order rotated from turn to
+// turn, so that the three see the same load), and the median time of the
+// strategy auto picks on tr over the lowest median time of the three.
+// Medians, not the turns' ratios to the fastest of each turn: when two
+// strategies are as fast, noise makes either the fastest of a turn, and
+// such ratios would count it against auto. Auto's plan is the plan of the
+// strategy it picks (checked: same strategy and ops), so its time is that
+// strategy's. It returns each strategy's reading, with its best time.
+func (c *case70) regret(ctx context.Context, st store.Store, keys []string, tr plan.Transport, name string) (regretResult, [plan.Auto]reading, error) {
+	var runs [plan.Auto]reading
+	var reads [plan.Auto]func() error
+	for s := range plan.Auto {
+		var err error
+		if runs[s], reads[s], err = c.reader(ctx, st, keys, c.reshard, placement.Rank{}, plan.Options{Strategy: s, Transport: &tr}); err != nil {
+			return regretResult{}, runs, err
+		}
+	}
+	a, _, err := c.reader(ctx, st, keys, c.reshard, placement.Rank{}, auto(tr))
+	if err != nil {
+		return regretResult{}, runs, err
+	}
+	if p := runs[a.strategy]; p.strategy != a.strategy || p.ops != a.ops {
+		return regretResult{}, runs, fmt.Errorf("%s: auto's plan (%s, %d ops) is not the %s plan (%d ops)", name, a.strategy, a.ops, p.strategy, p.ops)
+	}
+	n := 3 * c.sz.reps
+	times, err := inTurns(n, reads[:])
+	if err != nil {
+		return regretResult{}, runs, err
+	}
+	var wins [plan.Auto]int
+	for _, t := range times {
+		wins[slices.Index(t, slices.Min(t))]++
+	}
+	// Each strategy's median and best time over the turns; the fastest
+	// is the one of the lowest median.
+	var medians [plan.Auto]time.Duration
+	fastest := plan.Direct
+	for s := range plan.Auto {
+		ts := make([]time.Duration, n)
+		for i, t := range times {
+			ts[i] = t[s]
+		}
+		slices.Sort(ts)
+		medians[s], runs[s].best = ts[n/2], ts[0]
+		if medians[s] < medians[fastest] {
+			fastest = s
+		}
+	}
+	var each []string
+	for s := range plan.Auto {
+		each = append(each, fmt.Sprintf("%s %.2f GB/s (best %.2f; %d ops a page; fastest in %d turns)", s, gbps(runs[s].bytes, medians[s]), runs[s].gbps(), runs[s].ops, wins[s]))
+	}
+	f := Figure{Name: name, Value: round(float64(medians[a.strategy]) / float64(max(medians[fastest], 1))), Unit: "x", Baseline: round(gbps(runs[fastest].bytes, medians[fastest])), BaselineUnit: "GB/s",
+		Detail: fmt.Sprintf("%d pages, TP 4/PP 2 rank 0/0, %s cost model: auto picks %s; %s; the median time of auto's plan over the fastest median, %d turns",
+			len(keys), tr.Name, a.strategy, strings.Join(each, ", "), n)}
+	atMost(&f, 1.1)
+	return regretResult{fig: f, pick: a.strategy, turns: n}, runs, nil
+}
+
+// inTurns runs the reads n turns, each read once a turn, starting turn i
+// with read i mod len(reads), and returns the times of each turn, by
+// read.
+func inTurns(n int, reads []func() error) ([][]time.Duration, error) {
+	times := make([][]time.Duration, n)
+	for i := range times {
+		times[i] = make([]time.Duration, len(reads))
+		for j := range reads {
+			k := (i + j) % len(reads)
+			start := time.Now()
+			if err := reads[k](); err != nil {
+				return nil, err
+			}
+			times[i][k] = time.Since(start)
+		}
+	}
+	return times, nil
 }

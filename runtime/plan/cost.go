@@ -1,10 +1,19 @@
 package plan
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"maps"
 	"math"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
-	"sync"
+	"syscall"
 	"time"
 )
 
@@ -26,9 +35,10 @@ type Transport struct {
 	// Segments is the default bound of a scatter list, SegmentLimit the
 	// largest the transport takes.
 	Segments, SegmentLimit int
-	// CopyBandwidth (bytes per second) and CopyRunNS (ns per run) are the
-	// speed of the local copies out of a staging buffer. Zero means
-	// measured once in this process (LocalCopy).
+	// CopyBandwidth (bytes per second) and CopyRunNS (ns per run beyond
+	// its bytes) are the speed of the local copies out of a staging
+	// buffer: configured, as every figure is, so that a plan's choice is
+	// the same on every run (`kvreshard bench --calibrate` measures them).
 	CopyBandwidth float64
 	CopyRunNS     float64
 	// InPlace says the store lends its bytes (store.Viewer) instead of
@@ -54,6 +64,27 @@ type Transport struct {
 // ranges quoted below; an idle machine is faster, and the choice of Auto
 // depends on the ratios, which move less.
 
+// The speed of the local copies out of a staging buffer, for the file,
+// Redis and RDMA transports: a property of the machine, not of the store.
+// Measured on this project's machine (2 cores, AMD EPYC, shared; load
+// average 1 to 20), five runs of
+//
+//	go run ./cmd/kvreshard bench --quick
+//
+// whose copy_vs_memmove baseline, one copy() of the 70B case's 2.5 MiB,
+// ran at 27.2 to 28.1 GB/s (22 at load average 20), and whose
+// copy_vs_memmove_runs baseline, copy() of the same bytes as its 10240
+// runs of 256 bytes, one call a run (what a staged read of spans does), at
+// 18.0 to 20.5 GB/s (8.4 at load average 17): 28 GB/s and, beyond the
+// bytes, 3.7 to 4.9 ns a run. `bench --calibrate` measures the same
+// (4 MiB copied whole and as runs of 256 bytes): 20.6 to 28.5 GB/s and 0
+// to 13 ns a run, too noisy a run cost to configure; it writes what it
+// measures to a costs file (--costs).
+const (
+	localCopyBandwidth = 28e9
+	localCopyRunNS     = 4
+)
+
 // MemoryTransport is the in-process store (mem://): a range is a map
 // lookup and a copy, and a staged read is a map lookup that lends the part
 // (InPlace). Measured: op 0 to 41 ns, segment 7 to 15 ns, 9.0 to 12.6
@@ -75,7 +106,8 @@ func MemoryTransport() Transport {
 // 1000 ns (256-byte reads; 16 KiB reads cost no more than their bytes),
 // segment 680 to 1130 ns, 6.0 to 8.1 GB/s.
 func FileTransport() Transport {
-	return Transport{Name: "file", OpNS: 900, SegmentNS: 800, Bandwidth: 7e9, Segments: 4, SegmentLimit: 1024}
+	return Transport{Name: "file", OpNS: 900, SegmentNS: 800, Bandwidth: 7e9, Segments: 4, SegmentLimit: 1024,
+		CopyBandwidth: localCopyBandwidth, CopyRunNS: localCopyRunNS}
 }
 
 // RedisTransport is a Redis server on loopback (redis://): a range is one
@@ -95,7 +127,8 @@ func FileTransport() Transport {
 // reads of the spans (medians of 50 turns, four runs). As for memory, the
 // scatter bound is ours.
 func RedisTransport() Transport {
-	return Transport{Name: "redis", OpNS: 4700, SegmentNS: 11, Bandwidth: 1.7e9, Segments: 64, SegmentLimit: 1024}
+	return Transport{Name: "redis", OpNS: 4700, SegmentNS: 11, Bandwidth: 1.7e9, Segments: 64, SegmentLimit: 1024,
+		CopyBandwidth: localCopyBandwidth, CopyRunNS: localCopyRunNS}
 }
 
 // RDMATransport models one-sided RDMA reads for planning only (nothing in
@@ -104,7 +137,8 @@ func RedisTransport() Transport {
 // default), 250 ns of CPU and NIC work per request, 10 ns per extra entry,
 // and a 200 Gb/s link.
 func RDMATransport() Transport {
-	return Transport{Name: "rdma", OpNS: 250, SegmentNS: 10, Bandwidth: 200e9 / 8, Segments: 4, SegmentLimit: 30}
+	return Transport{Name: "rdma", OpNS: 250, SegmentNS: 10, Bandwidth: 200e9 / 8, Segments: 4, SegmentLimit: 30,
+		CopyBandwidth: localCopyBandwidth, CopyRunNS: localCopyRunNS}
 }
 
 // StoreTransport returns the default cost model of the store a URL names
@@ -136,14 +170,16 @@ func TransportNamed(name string) (Transport, error) {
 	return Transport{}, fmt.Errorf("unknown transport %q; transports are memory, file, redis, rdma", name)
 }
 
-// Validate returns why t is not a usable cost model, or nil.
+// Validate returns why t is not a usable cost model, or nil: every
+// figure must lie within the bounds of its field (costFields), and the
+// default segments within the limit.
 func (t *Transport) Validate() error {
-	switch {
-	case !(t.OpNS >= 0) || !(t.SegmentNS >= 0) || !(t.CopyRunNS >= 0):
-		return fmt.Errorf("transport %s: costs must be non-negative", t.Name)
-	case !(t.Bandwidth > 0) || math.IsInf(t.Bandwidth, 0) || !(t.CopyBandwidth >= 0):
-		return fmt.Errorf("transport %s: bandwidth must be positive", t.Name)
-	case t.SegmentLimit < 1 || t.Segments < 1 || t.Segments > t.SegmentLimit:
+	for _, f := range costFields {
+		if v := f.get(t); !(v >= f.min && v <= f.max) {
+			return fmt.Errorf("transport %s: %s is %v; want %s", t.Name, f.name, v, f.want())
+		}
+	}
+	if t.Segments > t.SegmentLimit {
 		return fmt.Errorf("transport %s: default segments %d must be within 1 and the limit %d", t.Name, t.Segments, t.SegmentLimit)
 	}
 	return nil
@@ -159,17 +195,25 @@ func (t *Transport) BreakEvenGap() int {
 	return int(t.OpNS * t.Bandwidth / 1e9)
 }
 
-// readNS is the time of n operations moving bytes.
+// readNS is the time of n operations moving bytes. The bytes are scaled
+// before they are divided, so that whole figures (a bandwidth of 1e9, say)
+// give whole nanoseconds, exactly.
 func (t *Transport) readNS(n, bytes int) float64 {
-	return float64(n)*t.OpNS + float64(bytes)/t.Bandwidth*1e9
+	return float64(n)*t.OpNS + float64(bytes)*1e9/t.Bandwidth
 }
+
+// maxEstimate bounds an estimate: figures within costFields' bounds stay
+// far below it, and the conversion to a Duration never overflows.
+const maxEstimate = float64(1 << 62)
 
 // Estimate is the time the plan takes on the transport: its operations and
 // bytes (only operations, for a staged plan on an in-place transport); for
 // a scatter plan its extra segments; for a staged plan the local copies of
-// its runs out of the staging buffer. A run a copy kernel moves costs only
-// its bytes: the kernel moves the runs of a strided loop in one call
-// (kernel.Copy2D); every other run is a copy() of its own.
+// its runs out of the staging buffer, at the transport's configured copy
+// speed. A run a copy kernel moves costs only its bytes: the kernel moves
+// the runs of a strided loop in one call (kernel.Copy2D); every other run
+// is a copy() of its own. It depends on the plan and the figures alone:
+// the same plan and transport give the same estimate on every run.
 func (t *Transport) Estimate(pl *Plan) time.Duration {
 	ns := t.readNS(pl.OpCount(), pl.ReadBytes)
 	switch pl.Strategy {
@@ -179,55 +223,313 @@ func (t *Transport) Estimate(pl *Plan) time.Duration {
 		if t.InPlace {
 			ns = float64(pl.OpCount()) * t.OpNS
 		}
-		bw, run := t.CopyBandwidth, t.CopyRunNS
-		if bw == 0 {
-			bw, run = LocalCopy()
-		}
 		runs := 0
 		for _, r := range pl.Reads {
 			if !r.Kernel {
 				runs += r.N
 			}
 		}
-		ns += float64(pl.Bytes)/bw*1e9 + float64(runs)*run
+		ns += float64(pl.Bytes)*1e9/t.CopyBandwidth + float64(runs)*t.CopyRunNS
 	}
-	return time.Duration(math.Ceil(ns))
+	return time.Duration(math.Ceil(min(ns, maxEstimate)))
 }
 
-var (
-	copyOnce        sync.Once
-	copyBW, copyRun float64
+// costField is one figure of a cost model: its name in a costs file, its
+// bounds, and how to get and set it. Whole says the figure is a count.
+type costField struct {
+	name     string
+	min, max float64
+	unit     string
+	whole    bool
+	get      func(*Transport) float64
+	set      func(*Transport, float64)
+}
+
+func (f *costField) want() string {
+	return fmt.Sprintf("%s%g to %g%s", map[bool]string{true: "a whole number from ", false: ""}[f.whole], f.min, f.max, f.unit)
+}
+
+// The bounds of the figures: a nanosecond cost up to a second, a
+// bandwidth from 1 MB/s to 1 PB/s, a scatter list of up to 65536
+// segments. They keep any plan's estimate finite and far within a
+// Duration.
+const (
+	maxCostNS       = 1e9
+	minBandwidth    = 1e6
+	maxBandwidth    = 1e15
+	maxSegmentLimit = 1 << 16
 )
 
-// LocalCopy returns this machine's local copy speed, measured once per
-// process (a few milliseconds, the first time a staged plan is
-// estimated): bytes per second of one large copy, and ns per run beyond
-// its bytes for copies of 256-byte runs.
-func LocalCopy() (bandwidth, runNS float64) {
-	copyOnce.Do(func() { copyBW, copyRun = measureCopy(4<<20, 256, 5) })
-	return copyBW, copyRun
+// costFields are the figures of a Transport, in the order of a costs file.
+var costFields = []costField{
+	{"op_ns", 0, maxCostNS, " ns", false, func(t *Transport) float64 { return t.OpNS }, func(t *Transport, v float64) { t.OpNS = v }},
+	{"segment_ns", 0, maxCostNS, " ns", false, func(t *Transport) float64 { return t.SegmentNS }, func(t *Transport, v float64) { t.SegmentNS = v }},
+	{"bandwidth", minBandwidth, maxBandwidth, " bytes a second", false, func(t *Transport) float64 { return t.Bandwidth }, func(t *Transport, v float64) { t.Bandwidth = v }},
+	{"copy_bandwidth", minBandwidth, maxBandwidth, " bytes a second", false, func(t *Transport) float64 { return t.CopyBandwidth }, func(t *Transport, v float64) { t.CopyBandwidth = v }},
+	{"copy_run_ns", 0, maxCostNS, " ns", false, func(t *Transport) float64 { return t.CopyRunNS }, func(t *Transport, v float64) { t.CopyRunNS = v }},
+	{"segments", 1, maxSegmentLimit, "", true, func(t *Transport) float64 { return float64(t.Segments) }, func(t *Transport, v float64) { t.Segments = int(v) }},
+	{"segment_limit", 1, maxSegmentLimit, "", true, func(t *Transport) float64 { return float64(t.SegmentLimit) }, func(t *Transport, v float64) { t.SegmentLimit = int(v) }},
 }
 
-// measureCopy times copies of size bytes: whole, and as runs of run bytes
-// taken from every other run of the source; best of reps.
-func measureCopy(size, run, reps int) (bandwidth, runNS float64) {
-	src, dst := make([]byte, size), make([]byte, size)
-	for i := range src {
-		src[i] = byte(i)
+// Transports are cost models by transport name: memory, file, redis,
+// rdma.
+type Transports map[string]Transport
+
+// DefaultTransports returns the default cost model of every transport.
+func DefaultTransports() Transports {
+	return Transports{"memory": MemoryTransport(), "file": FileTransport(), "redis": RedisTransport(), "rdma": RDMATransport()}
+}
+
+// Named returns the set's cost model of a transport name, or the default
+// (TransportNamed) when the set has none of that name.
+func (ts Transports) Named(name string) (Transport, error) {
+	if t, ok := ts[name]; ok {
+		return t, nil
 	}
-	whole, runs := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
-	for range reps {
-		start := time.Now()
-		copy(dst, src)
-		whole = min(whole, time.Since(start))
-		start = time.Now()
-		for o := 0; o+2*run <= size; o += 2 * run {
-			copy(dst[o/2:o/2+run], src[o:o+run])
+	return TransportNamed(name)
+}
+
+// Store returns the set's cost model of the store a URL names (the
+// transport StoreTransport chooses), or the default when the set has
+// none of that name.
+func (ts Transports) Store(url string) Transport {
+	t := StoreTransport(url)
+	if c, ok := ts[t.Name]; ok {
+		return c
+	}
+	return t
+}
+
+// CostsFile is the JSON form of measured cost models: what `kvreshard
+// bench --calibrate` writes and LoadTransports reads.
+//
+//	{"measured": "how and where",
+//	 "transports": {"file": {"op_ns": 900, "segment_ns": 800, "bandwidth": 7000000000,
+//	   "copy_bandwidth": 9000000000, "copy_run_ns": 3, "segments": 4, "segment_limit": 1024}}}
+//
+// Measured is free text. Transports are named memory, file, redis or
+// rdma; each gives every figure of its cost model (TransportCosts), and a
+// transport the file does not name keeps its default. Whether a store
+// lends its bytes (Transport.InPlace) is a property of the store, not a
+// figure: it comes from the default of the name.
+type CostsFile struct {
+	Measured   string                    `json:"measured,omitempty"`
+	Transports map[string]TransportCosts `json:"transports"`
+}
+
+// TransportCosts are the figures of one transport in a costs file: the
+// Transport fields of the same meaning, bandwidths in bytes a second.
+type TransportCosts struct {
+	OpNS          float64 `json:"op_ns"`
+	SegmentNS     float64 `json:"segment_ns"`
+	Bandwidth     float64 `json:"bandwidth"`
+	CopyBandwidth float64 `json:"copy_bandwidth"`
+	CopyRunNS     float64 `json:"copy_run_ns"`
+	Segments      int     `json:"segments"`
+	SegmentLimit  int     `json:"segment_limit"`
+}
+
+// Costs returns the figures of t for a costs file.
+func (t *Transport) Costs() TransportCosts {
+	return TransportCosts{OpNS: t.OpNS, SegmentNS: t.SegmentNS, Bandwidth: t.Bandwidth, CopyBandwidth: t.CopyBandwidth,
+		CopyRunNS: t.CopyRunNS, Segments: t.Segments, SegmentLimit: t.SegmentLimit}
+}
+
+// maxCostsBytes bounds the size of a costs file: four transports take
+// well under a kilobyte.
+const maxCostsBytes = 64 << 10
+
+// LoadTransports reads a costs file (CostsFile): the default transports,
+// with those the file names replaced by its figures. The error names the
+// file and, for bad content, the field.
+func LoadTransports(path string) (Transports, error) {
+	data, err := readCostsFile(path)
+	if err == nil {
+		var ts Transports
+		if ts, err = ParseTransports(data); err == nil {
+			return ts, nil
 		}
-		runs = min(runs, time.Since(start))
 	}
-	bandwidth = float64(size) / max(whole.Seconds(), 1e-9)
-	n := size / (2 * run)
-	runNS = (float64(runs.Nanoseconds()) - float64(size/2)/bandwidth*1e9) / float64(n)
-	return bandwidth, max(runNS, 0)
+	return nil, fmt.Errorf("costs file %s: %w", path, err)
+}
+
+// readCostsFile reads a regular file of at most maxCostsBytes, opened
+// without blocking: a FIFO in its place is refused, not waited on.
+func readCostsFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return nil, pe.Err
+		}
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxCostsBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxCostsBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxCostsBytes)
+	}
+	return data, nil
+}
+
+// ParseTransports parses the content of a costs file (CostsFile): the
+// default transports, with those the file names replaced by its figures.
+// The error names the field at fault, such as
+// "transports.redis.copy_bandwidth".
+func ParseTransports(data []byte) (Transports, error) {
+	top, err := jsonObject(data, "the file")
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(top)) {
+		if k != "measured" && k != "transports" {
+			return nil, fmt.Errorf("unknown field %q; a costs file has measured and transports", k)
+		}
+	}
+	if raw, ok := top["measured"]; ok {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, errors.New("measured: want a string")
+		}
+	}
+	raw, ok := top["transports"]
+	if !ok {
+		return nil, errors.New("transports: missing")
+	}
+	objs, err := jsonObject(raw, "transports")
+	if err != nil {
+		return nil, err
+	}
+	ts := DefaultTransports()
+	for _, name := range slices.Sorted(maps.Keys(objs)) {
+		t, err := TransportNamed(name)
+		if err != nil {
+			return nil, fmt.Errorf("transports: %w", err)
+		}
+		at := "transports." + name
+		fields, err := jsonObject(objs[name], at)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range slices.Sorted(maps.Keys(fields)) {
+			if !slices.ContainsFunc(costFields, func(f costField) bool { return f.name == k }) {
+				return nil, fmt.Errorf("%s: unknown field %q; the fields are %s", at, k, costFieldNames())
+			}
+		}
+		for _, f := range costFields {
+			raw, ok := fields[f.name]
+			if !ok {
+				return nil, fmt.Errorf("%s.%s: missing", at, f.name)
+			}
+			v, err := jsonNumber(raw)
+			if err == nil && (f.whole && v != math.Trunc(v) || !(v >= f.min && v <= f.max)) {
+				err = fmt.Errorf("%s; want %s", raw, f.want())
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s.%s: %w", at, f.name, err)
+			}
+			f.set(&t, v)
+		}
+		if t.Segments > t.SegmentLimit {
+			return nil, fmt.Errorf("%s.segments: %d is over segment_limit %d", at, t.Segments, t.SegmentLimit)
+		}
+		if err := t.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
+		}
+		ts[name] = t
+	}
+	return ts, nil
+}
+
+func costFieldNames() string {
+	var names []string
+	for _, f := range costFields {
+		names = append(names, f.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// jsonObject decodes a JSON object into its members, or says that what
+// (a field path) is not one: where its syntax breaks (line and column), or
+// what it is instead.
+func jsonObject(data []byte, what string) (map[string]json.RawMessage, error) {
+	if !json.Valid(data) {
+		err := json.Unmarshal(data, new(any))
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			// The offset is past the byte at fault.
+			line, col := lineCol(data, int(se.Offset)-1)
+			return nil, fmt.Errorf("%s: not JSON: line %d, column %d: %v", what, line, col, se)
+		}
+		return nil, fmt.Errorf("%s: not JSON: %v", what, err)
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%s: %v", what, err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, fmt.Errorf("%s: want an object, not %s", what, jsonKind(v))
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%s: %v", what, err)
+	}
+	return m, nil
+}
+
+// jsonNumber decodes a JSON number, refusing anything else (a quoted
+// number included) and numbers beyond a float64.
+func jsonNumber(raw json.RawMessage) (float64, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return 0, err
+	}
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, fmt.Errorf("want a number, not %s", jsonKind(v))
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s is out of range", n)
+	}
+	return f, nil
+}
+
+// jsonKind names the kind of a decoded JSON value.
+func jsonKind(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case string:
+		return fmt.Sprintf("the string %q", v)
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return "a number"
+}
+
+// lineCol returns the line and column (from 1) of the byte at offset off
+// of data, or of its end.
+func lineCol(data []byte, off int) (line, col int) {
+	off = min(max(off, 0), len(data))
+	line = 1 + bytes.Count(data[:off], []byte("\n"))
+	return line, off - bytes.LastIndexByte(data[:off], '\n')
 }

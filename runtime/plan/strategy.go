@@ -24,7 +24,9 @@ import (
 //     the generated copy kernel of the pair when a read holds the whole
 //     part (the kernel's source is a whole part), run by run otherwise.
 //   - Auto builds the three and keeps the one the cost model of the
-//     planner's transport says is fastest.
+//     planner's transport says is fastest; of plans estimated equal, the
+//     one with fewer operations, then fewer bytes read, then the first of
+//     direct, scatter, staged.
 type Strategy uint8
 
 // The strategies.
@@ -181,7 +183,7 @@ func (p *Planner) choose(m *manifest.Manifest, k *kernel.Kernels, direct *Plan) 
 		}
 		c.Estimate = t.Estimate(c)
 		est[c.Strategy] = c.Estimate
-		if best == nil || c.Estimate < best.Estimate {
+		if best == nil || better(c, best) {
 			best = c
 		}
 	}
@@ -190,6 +192,22 @@ func (p *Planner) choose(m *manifest.Manifest, k *kernel.Kernels, direct *Plan) 
 	}
 	best.Estimates = est
 	return best, nil
+}
+
+// better reports whether plan a is to be kept over plan b: a lower
+// estimate; on equal estimates fewer operations, then fewer bytes read,
+// then the earlier strategy (direct, scatter, staged). The choice is a
+// function of the plans alone, whatever order they are compared in.
+func better(a, b *Plan) bool {
+	switch {
+	case a.Estimate != b.Estimate:
+		return a.Estimate < b.Estimate
+	case a.OpCount() != b.OpCount():
+		return a.OpCount() < b.OpCount()
+	case a.ReadBytes != b.ReadBytes:
+		return a.ReadBytes < b.ReadBytes
+	}
+	return a.Strategy < b.Strategy
 }
 
 // derived returns an empty plan of strategy s over ops, with d's page.

@@ -514,7 +514,7 @@ func TestStrategyOptions(t *testing.T) {
 		{plan.Options{MaxSegments: -1}, "max segments -1: transport memory takes 1 to 1024 segments a read"},
 		{plan.Options{StageBytes: 1}, "stage bytes 1: the staging bound must hold at least one item (2 bytes)"},
 		{plan.Options{MaxGap: -2}, "max gap -2: give a byte count, 0 for the transport's break-even gap, or -1 for none"},
-		{plan.Options{Transport: &bad}, "transport x: bandwidth must be positive"},
+		{plan.Options{Transport: &bad}, "transport x: bandwidth is 0; want 1e+06 to 1e+15 bytes a second"},
 	} {
 		_, err := plan.NewPlanner(&c.d, b, x.opts)
 		require.EqualError(t, err, x.want)
