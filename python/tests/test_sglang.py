@@ -8,6 +8,9 @@ import itertools
 import logging
 import os
 import shutil
+import socket
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -423,3 +426,60 @@ def test_stats_and_clear(tmp_path):
     assert b.get(KEYS[0]) is None and b.batch_get(KEYS) == [None] * 3
     assert b.set(KEYS[0]) is False and b.batch_set(KEYS) is False
     close(w)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _redis_up(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def test_redis_killed_under_a_running_instance(tmp_path, caplog):
+    """A real redis-server, killed while the instance runs: reads and writes
+    report failure, nothing raises, and the pages read before are intact."""
+    import subprocess
+    import time
+    exe = shutil.which("redis-server")
+    if exe is None:
+        msg = "redis-server is missing: apt-get install redis-server"
+        if os.environ.get("KVRESHARD_REQUIRE_REDIS") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    port = _free_port()
+    srv = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                            "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not _redis_up(port):
+            assert srv.poll() is None, "redis-server exited with %s" % srv.returncode
+            assert time.monotonic() < deadline, "redis-server did not answer PING"
+            time.sleep(0.05)
+        url = "redis://127.0.0.1:%d" % port
+        sp = spec()
+        w = instance(url, 1, 3, [2, 2, 3], "page_first")
+        r = instance(url, 2, 2, [3, 4], "page_head")
+        assert write(w, KEYS[:2], [0, 1], sp) == [[True] * 2] * 3
+        assert [b.batch_get_v1(KEYS[:2], indices([2, 3])) for b, *_ in r] == [[True] * 2] * 4
+        check(r, KEYS[:2], [2, 3], sp)
+        srv.kill()
+        srv.wait()
+        with caplog.at_level(logging.WARNING, logger="kvreshard.sglang"):
+            assert write(w, KEYS[2:], [2], sp) == [[False]] * 3
+            assert [b.batch_exists(KEYS) for b, *_ in r] == [0] * 4
+            assert [b.batch_get_v1(KEYS, indices([4, 5, 0])) for b, *_ in r] == [[False] * 3] * 4
+        assert caplog.messages, "failures are logged"
+        check(r, KEYS[:2], [2, 3], sp)
+        close(w, r)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.wait()
