@@ -56,6 +56,12 @@ func TestTopologyBounds(t *testing.T) {
 	wantUsage(t, "--src: tp 128 replicates each of the 1 kv-heads on 128 ranks; at most 64",
 		"write", "--store", "mem://bounds", "--model", mla, "--src", "tp=128,layout=PLHD", "--pages", "1", "--rank", "0/0")
 
+	// TP 1024 x PP 4096 would store 4M parts: refused before they are
+	// built (it took 9 s and 1.1 GB to refuse the manifest they made).
+	wantUsage(t, "--src: tp 1024 x pp 4096 stores 4194304 parts a page; a manifest holds at most 23301",
+		"write", "--store", "mem://bounds", "--model", "layers=4096,kv-heads=1024,head-dim=1,mla=1,dtype=fp8,page=1",
+		"--src", "tp=1024,pp=4096,layout=PLHD", "--pages", "1", "--rank", "0/0")
+
 	// TP 1024 of 1024 heads: --rank writes one rank, which a reader of
 	// the same rank reads back.
 	const wide = "layers=1,kv-heads=1024,head-dim=1,dtype=fp8,page=1"

@@ -43,6 +43,11 @@ const MaxLayoutText = 256
 // read at most this many bytes of it.
 const MaxSize = 1 << 20
 
+// MaxParts bounds the parts of a manifest: each part encodes to at least
+// as many bytes as the shortest part and its comma, so a manifest of more
+// parts is past MaxSize. Writers check it before they build the parts.
+const MaxParts = MaxSize / (len(`{"head_count":1,"head_start":0,"layers":[0]}`) + 1)
+
 // Layout is a part layout: its name and its canonical order text, for
 // example "C T L H D" or "C L H D/8 T D%8". It has no slot axis S.
 type Layout struct {
@@ -94,6 +99,9 @@ type Manifest struct {
 // result are in that order), rewrites the layout's order in canonical form,
 // and validates everything Decode does, its MaxSize limit included.
 func New(domain string, d Descriptor, l Layout, parts []Part) (*Manifest, error) {
+	if len(parts) > MaxParts {
+		return nil, fmt.Errorf("manifest has %d parts; readers accept at most %d", len(parts), MaxParts)
+	}
 	m := &Manifest{Domain: domain, Descriptor: d.clone(), Layout: l}
 	m.Parts = make([]Part, len(parts))
 	for i, p := range parts {

@@ -376,3 +376,22 @@ func TestNewRefusesWhatDecodeRefuses(t *testing.T) {
 	_, err = Decode([]byte(strings.Replace(string(m.Encode()), exact.Name, over.Name, 1)), "", testDomain)
 	require.EqualError(t, err, fmt.Sprintf("manifest is %d bytes; the limit is %d", MaxSize+1, MaxSize))
 }
+
+// MaxParts is the most parts of the shortest encoding that fit in MaxSize,
+// and New refuses more before it copies them.
+func TestMaxParts(t *testing.T) {
+	b, err := json.Marshal(Part{Layers: []int{0}, HeadStart: 0, HeadCount: 1})
+	require.NoError(t, err)
+	require.Equal(t, MaxSize/(len(b)+1), MaxParts)
+	d, _ := sizeManifest(MaxParts+1, 1)
+	parts := make([]Part, MaxParts+1)
+	for i := range parts {
+		parts[i] = Part{Layers: []int{i}, HeadCount: 1}
+	}
+	_, err = New(testDomain, d, Layout{Name: "PLHD", Order: "C T L H D"}, parts)
+	require.EqualError(t, err, fmt.Sprintf("manifest has %d parts; readers accept at most %d", MaxParts+1, MaxParts))
+	// As many parts, one fewer: too long all the same.
+	d, _ = sizeManifest(MaxParts, 1)
+	_, err = New(testDomain, d, Layout{Name: "PLHD", Order: "C T L H D"}, parts[:MaxParts])
+	require.ErrorContains(t, err, fmt.Sprintf("manifest of %d parts is ", MaxParts))
+}

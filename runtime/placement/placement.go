@@ -155,11 +155,15 @@ func (t Topology) Share(d *manifest.Descriptor, r Rank) (Share, error) {
 
 // Parts returns the distinct parts of a page written by t, in derived order
 // (manifest.ComparePart): replicated heads give one part, not one per rank.
+// More than manifest.MaxParts parts are refused before they are built.
 func (t Topology) Parts(d *manifest.Descriptor) ([]manifest.Part, error) {
 	if err := t.Validate(d); err != nil {
 		return nil, err
 	}
 	distinct := min(t.TP, d.KVHeads)
+	if n := t.PP * distinct; n > manifest.MaxParts {
+		return nil, fmt.Errorf("tp %d x pp %d stores %d parts a page; a manifest holds at most %d", t.TP, t.PP, n, manifest.MaxParts)
+	}
 	parts := make([]manifest.Part, 0, t.PP*distinct)
 	for p := range t.PP {
 		lo, hi := t.stage(d, p)

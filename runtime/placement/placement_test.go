@@ -120,6 +120,26 @@ func TestRanks(t *testing.T) {
 	require.Nil(t, Topology{TP: 2, PP: 1 << 62}.Ranks())
 }
 
+// A topology whose parts no manifest holds is refused before they are
+// built (4M parts of one layer and head); its ranks still have shares.
+func TestTooManyParts(t *testing.T) {
+	top := Topology{TP: MaxTP, PP: 4096}
+	d := desc(4096, MaxTP)
+	d.HeadDims = []int{1}
+	_, err := top.Parts(d)
+	require.EqualError(t, err, fmt.Sprintf("tp 1024 x pp 4096 stores 4194304 parts a page; a manifest holds at most %d", manifest.MaxParts))
+	s, err := top.Share(d, Rank{TP: 1023, PP: 4095})
+	require.NoError(t, err)
+	require.Equal(t, Share{Layers: []int{4095}, HeadStart: 1023, HeadCount: 1}, s)
+	// The most parts a manifest holds are built.
+	top = Topology{TP: 1, PP: manifest.MaxParts}
+	parts, err := top.Parts(desc(manifest.MaxParts, 1))
+	require.NoError(t, err)
+	require.Len(t, parts, manifest.MaxParts)
+	_, err = Topology{TP: 1, PP: manifest.MaxParts + 1}.Parts(desc(manifest.MaxParts+1, 1))
+	require.EqualError(t, err, fmt.Sprintf("tp 1 x pp %d stores %d parts a page; a manifest holds at most %d", manifest.MaxParts+1, manifest.MaxParts+1, manifest.MaxParts))
+}
+
 // The largest topologies within the bounds place every head: 1024 ranks
 // of 1024 heads, and an MLA model's one head on 64 ranks.
 func TestBoundsInclusive(t *testing.T) {
