@@ -1,7 +1,12 @@
 package main
 
+// Hidden visibility exports only kvreshard.c's functions (those of
+// kvreshard.h); the errors make a call from kvreshard.c that does not
+// match its Go export's prototype (from the C types of its parameters)
+// fail the build.
+
 /*
-#cgo CFLAGS: -fvisibility=hidden
+#cgo CFLAGS: -fvisibility=hidden -Werror=incompatible-pointer-types -Werror=int-conversion -Werror=implicit-function-declaration -Werror=discarded-qualifiers
 #include "kvreshard.h"
 */
 import "C"

@@ -566,6 +566,13 @@ static void test_bad_arguments(uint64_t st) {
     rc = kvr_reader_read(r, k.buf, k.off, twice, 2, &res, NULL, 0);
     CHECK(rc == KVR_EINVAL, "no message buffer: %d", rc);
 
+    /* A panic in Go (here: a fault writing *res at address 8, which Go
+     * raises as a nil dereference) returns KVR_EINTERNAL, not a crash. */
+    rc = kvr_reader_read(r, NULL, NULL, NULL, 0, (kvr_read_result *)8, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINTERNAL, err, "internal error: runtime error: invalid memory address or nil pointer dereference");
+    rc = kvr_reader_read(r, k.buf, k.off, slots, 2, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == 2, "read after a panic: %d %s", rc, err);
+
     /* A handle of another kind. */
     snprintf(want, sizeof want, "handle %" PRIu64 " is a store, not a reader", st);
     rc = kvr_reader_read(st, k.buf, k.off, slots, 2, &res, err, sizeof err);
