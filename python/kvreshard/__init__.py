@@ -374,6 +374,8 @@ def _slots(slots, n):
         return None, None
     np = _numpy()
     if np is not None and isinstance(slots, np.ndarray):
+        if slots.dtype.kind not in "iu":
+            raise TypeError("kvreshard: slots must be integers, not %s" % slots.dtype)
         a = np.ascontiguousarray(slots, dtype=np.int64)
         if a.ndim != 1:
             raise InvalidArgument("kvreshard: slots must be one-dimensional", _lib.EINVAL)

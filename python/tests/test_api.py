@@ -132,6 +132,10 @@ def test_bad_keys_and_slots(tmp_path):
         assert r.read(["k1", "k2"], np.array([3, 2])).hit == 2
         assert r.read(["k1", "k2"], (0, 1)).hit == 2
         assert r.read(iter(["k1", "k2"]), range(2)).hit == 2
+        with pytest.raises(TypeError, match="slots must be integers, not float64"):
+            r.read(["k1"], np.array([1.5]))
+        with pytest.raises(TypeError, match="slots must be a sequence of int"):
+            r.read(["k1"], [1.5])
 
 
 def test_keys_are_utf8(tmp_path):
