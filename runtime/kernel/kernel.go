@@ -10,7 +10,10 @@
 // interval, and their own region structure.
 package kernel
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+)
 
 // GenVersion is the version of the generated code this runtime supports.
 // Generated files carry
@@ -111,20 +114,32 @@ type Kernels struct {
 	Origin string // the .kvl file and layout names, for conflict messages
 }
 
-var registry = map[Pair]*Kernels{}
+// registry holds the registered kernels. Init functions register, and
+// planners look up, from any goroutine: a package loaded by a plugin, say,
+// registers while requests are planned.
+var registry struct {
+	sync.RWMutex
+	m map[Pair]*Kernels
+}
 
 // Register adds generated kernels. Registering the same pair again with the
 // same digest is a no-op; with another digest it is an error naming both.
-// It is called from init functions, which panic on the error.
+// It is called from init functions, which panic on the error. It is safe
+// to call concurrently with itself and with Lookup.
 func Register(k *Kernels) error {
-	if old, ok := registry[k.Pair]; ok {
+	registry.Lock()
+	defer registry.Unlock()
+	if old, ok := registry.m[k.Pair]; ok {
 		if old.Digest == k.Digest {
 			return nil
 		}
 		return fmt.Errorf("kernel: conflicting kernels for %s: %s (digest %s) and %s (digest %s)",
 			k.Pair, old.Origin, old.Digest, k.Origin, k.Digest)
 	}
-	registry[k.Pair] = k
+	if registry.m == nil {
+		registry.m = map[Pair]*Kernels{}
+	}
+	registry.m[k.Pair] = k
 	return nil
 }
 
@@ -136,10 +151,18 @@ func MustRegister(k *Kernels) {
 }
 
 // Lookup returns the generated kernels for a pair, or nil.
-func Lookup(p Pair) *Kernels { return registry[p] }
+func Lookup(p Pair) *Kernels {
+	registry.RLock()
+	defer registry.RUnlock()
+	return registry.m[p]
+}
 
 // Registered returns the number of registered pairs.
-func Registered() int { return len(registry) }
+func Registered() int {
+	registry.RLock()
+	defer registry.RUnlock()
+	return len(registry.m)
+}
 
 // Emit appends run r to runs, extending the last run instead when r
 // continues it on both sides.

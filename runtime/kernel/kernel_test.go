@@ -1,6 +1,9 @@
 package kernel_test
 
 import (
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,6 +33,49 @@ func TestRegister(t *testing.T) {
 	require.PanicsWithError(t, err.Error(), func() {
 		kernel.MustRegister(&kernel.Kernels{Pair: pair, Digest: "bbbb", Origin: "c.kvl: u -> v"})
 	})
+}
+
+var concurrentRuns atomic.Int32
+
+// TestRegisterConcurrent registers and looks up pairs from many
+// goroutines at once (run with -race): the first registration of a pair
+// wins, repeats of its lowering are no-ops, another lowering is an error,
+// and a lookup sees nothing or the winner.
+func TestRegisterConcurrent(t *testing.T) {
+	const workers, pairs = 8, 50
+	n := kernel.Registered()
+	run := concurrentRuns.Add(1) // -count=N registers new pairs each run
+	pair := func(i int) kernel.Pair {
+		return kernel.Pair{Src: fmt.Sprintf("part(concurrent %d)", i%pairs), Dst: fmt.Sprintf("pool(run %d)", run)}
+	}
+	conflicts := make([][workers]bool, pairs)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range pairs {
+				// Worker 3 registers another lowering of every pair.
+				k := &kernel.Kernels{Pair: pair(i), Digest: "same"}
+				if w == 3 {
+					k.Digest = "other"
+				}
+				conflicts[i][w] = kernel.Register(k) != nil
+				if got := kernel.Lookup(pair(i + w)); got != nil && got.Pair != pair(i+w) {
+					t.Errorf("lookup of %s found %s", pair(i+w), got.Pair)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, n+pairs, kernel.Registered())
+	for i := range pairs {
+		won := kernel.Lookup(pair(i)).Digest
+		for w := range workers {
+			lost := (w == 3) != (won == "other")
+			require.Equal(t, lost, conflicts[i][w], "pair %d, worker %d, %s won", i, w, won)
+		}
+	}
 }
 
 func TestEmit(t *testing.T) {
