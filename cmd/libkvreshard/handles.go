@@ -279,6 +279,9 @@ func (wh *writerHandle) write(keys []string, slots []int, statuses []uint8) (str
 	// The arguments are checked: what fails now is the batch query.
 	res, err := wh.w.Write(ctx, keys, slots, wh.regions)
 	if err != nil {
+		for i := range statuses {
+			statuses[i] = kvrFailed
+		}
 		return "", errorf(kvrEStore, "%v", err)
 	}
 	msg := ""

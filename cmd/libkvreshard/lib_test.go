@@ -593,12 +593,35 @@ func TestRejectedAndFailed(t *testing.T) {
 	_, err = wh.write(keys[:1], []int{0}, st)
 	require.EqualError(t, err, "query: connection refused")
 	require.Equal(t, kvrEStore, codeOf(err))
+	require.Equal(t, []uint8{kvrFailed}, st)
+
+	// A page whose part cannot be stored fails alone, named in the message.
+	fs.queryErr, fs.writeErr = nil, errors.New("disk full")
+	_, _, more := storeKeysOf(t, model.Domain(), 4)
+	st = make([]uint8, 2)
+	msg, err = wh.write(more[2:], []int{0, 0}, st)
+	require.NoError(t, err)
+	require.Equal(t, []uint8{kvrFailed, kvrFailed}, st)
+	require.Equal(t, `page 0 (key "3c6ef372fe94f82a") failed: disk full`, msg)
+	require.Equal(t, reshard.WriterStats{Requests: 3, Pages: 4, Written: 1, Failed: 3, Bytes: int64(wh.w.Geometry().PageBytes)}, wh.w.Stats())
 }
 
-// failStore is a store whose queries fail with queryErr when it is set.
+// failStore is a store whose queries fail with queryErr, and whose part
+// writes with writeErr, when they are set.
 type failStore struct {
 	store.Store
-	queryErr error
+	queryErr, writeErr error
+}
+
+func (f *failStore) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
+	if f.writeErr != nil {
+		errs := make([]error, len(ws))
+		for i := range errs {
+			errs[i] = f.writeErr
+		}
+		return errs
+	}
+	return f.Store.WriteParts(ctx, ws)
 }
 
 func (f *failStore) Query(ctx context.Context, keys []string) ([]store.Object, error) {
