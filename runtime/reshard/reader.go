@@ -31,13 +31,18 @@ type ReaderOptions struct {
 	// every copy on the calling goroutine. Each worker is given at least
 	// 512 KiB to copy, so groups under 1 MiB run on the calling goroutine.
 	CopyWorkers int
-	// CheckParts reads every part whole, in order, and checks each against
-	// the checksum it was written with before copying it into the pool
-	// (read --check-parts). Without it, only reads that fetch a whole part
-	// anyway are checked.
+	// CheckParts reads every part the rank needs whole, in part order,
+	// and checks each against the checksum it was written with before any
+	// byte of its page is copied into the pool (read --check-parts): a
+	// page's parts share one staging round, whatever the plan's strategy
+	// and staging bound. Without it, only reads that fetch a whole part
+	// anyway (staged reads of a whole part, parts a store.Viewer lends)
+	// are checked. A part lent by a store.Viewer is hashed the first time
+	// the reader sees it: lent bytes never change.
 	CheckParts bool
-	// SkipPartChecks checks no checksum at all, not even of whole parts:
-	// the baseline of the checksum_cost benchmark figure, not for serving.
+	// SkipPartChecks checks no checksum at all, not even of whole parts
+	// (with CheckParts, parts are still read whole): the baseline of the
+	// checksum_cost benchmark figure, not for serving.
 	SkipPartChecks bool
 }
 
@@ -425,8 +430,12 @@ func (r *Reader) wholeParts(tpl *plan.Plan) *plan.Plan {
 // fit, the batch so far is read and its rounds are copied out first. A
 // store that lends its parts (store.Viewer) has no staged reads: the copies
 // run from its bytes. The copies wait in a queue until the batch is read
-// or a read fails, and then run together, on up to CopyWorkers goroutines.
-// A page counts once every range of it is read and every copy of it done.
+// or a read fails, and then run together, on up to CopyWorkers goroutines,
+// after the checks of the whole parts read or lent, which run the same
+// way. A page counts once every range of it is read, every check of it
+// passed and every copy of it done; nothing of a staged page that failed
+// is copied out of staging, unless its staging took more than one batch
+// (direct and scatter ranges land in the pool as they are read).
 type exec struct {
 	r       *Reader
 	ctx     context.Context
