@@ -61,6 +61,26 @@ func TestObjectErrStopsAtBadPage(t *testing.T) {
 	})
 }
 
+// TestChecksumCount: an object whose checksums are not one a part is a
+// failed page, not a crash.
+func TestChecksumCount(t *testing.T) {
+	st := memstore.New()
+	keys := content.PageKeys("sumcount", small.Domain(), 3)
+	writeAll(t, st, small, tp2pp2, "PLHD", keys)
+	sp := newSpy(st)
+	sp.query = func(ctx context.Context, ks []string) ([]store.Object, error) {
+		objs, err := st.Query(ctx, ks)
+		objs[1].Checksums = objs[1].Checksums[:1]
+		return objs, err
+	}
+	rd, regions := newReader(t, sp, small, tp2pp2, placement.Rank{}, "page_first", 3, reshard.ReaderOptions{CheckParts: true})
+	res, err := rd.Read(context.Background(), keys, iota(3), regions)
+	require.NoError(t, err)
+	require.EqualError(t, res.Stop, fmt.Sprintf("page %s: object has 1 part checksums for 4 parts", keys[1]))
+	require.Equal(t, reshard.StopFailed, reshard.Classify(res.Stop))
+	require.Equal(t, 1, res.Hit)
+}
+
 // TestGarbageClaimOnFile: on the file store, a claim file that holds
 // garbage makes its page a failed page of the query; the pages before it
 // are read.

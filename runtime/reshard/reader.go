@@ -265,8 +265,12 @@ func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [
 	}
 	tpls := pages.tpls
 	if r.opts.CheckParts {
+		var last, whole *plan.Plan // runs of pages of one layout are common
 		for i, t := range tpls {
-			tpls[i] = r.wholeParts(t)
+			if t != last {
+				last, whole = t, r.wholeParts(t)
+			}
+			tpls[i] = whole
 		}
 	}
 	x := r.newExec(ctx, tpls, pages.sums, keys, slots, regions)
