@@ -176,6 +176,7 @@ const (
 	checksumBytes    = 8
 	objectsDir       = "objects-v2"
 	defaultOpenFiles = 256
+	maxAttempts      = 16 // times a write reads the claim again
 )
 
 // Store is a store in a directory.
@@ -392,7 +393,12 @@ func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
 	}
 	claimPath := filepath.Join(dir, "claim")
 	exclusive, cleaned := false, false
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt == maxAttempts {
+			// Other writers took the object over every time this one
+			// looked (only a lease of next to nothing allows that).
+			return store.ErrLayoutConflict
+		}
 		b, mtime, err := s.readSmall(claimPath, maxClaimBytes)
 		if errors.Is(err, fs.ErrNotExist) {
 			// A new object: the first claim wins.
