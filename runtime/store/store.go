@@ -4,9 +4,12 @@
 // An object is one logical KV page. It has a fixed number of parts; each
 // writer rank writes its own part, with a reference to the manifest that
 // describes the layout of all parts. The first writer of an object fixes its
-// manifest and part count. An object is visible (complete) only when every
-// part is written; a complete object is immutable and wins over any later
-// writer. Manifests are kept as immutable, pinned metadata objects.
+// manifest and part count, until the object has gone unwritten for longer
+// than a lease (DefaultLease): an abandoned incomplete object may then be
+// taken over by a writer of another layout, as if it were new. An object is
+// visible (complete) only when every part is written; a complete object is
+// immutable and wins over any later writer. Manifests are kept as
+// immutable, pinned metadata objects.
 //
 // The interface stays close to what a Mooncake Store adapter needs: batched
 // put-from fragments, batched existence and metadata queries, pinned metadata,
