@@ -140,8 +140,10 @@ type kernel struct {
 	copy  bool
 	perC  bool // the outermost loop walks components and sets D
 	used  [compiler.NumSyms]bool
-	flags map[string]bool
+	flags cond // the run-time conditions the kernel computes in its prologue
 	move  bool // a strided copy moves its rows with kernel.Mover's func
+	// applied names the rule that emitted each live loop, and the leaf.
+	applied []string
 }
 
 func (k *kernel) use(e compiler.Expr) *jen.Statement {
@@ -157,16 +159,27 @@ func sideName(s int) string { return [2]string{"s", "d"}[s] }
 // nest: the range kernel appends runs, the copy kernel copies them (its
 // nest follows the destination; see compiler.LowerIn).
 func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
-	k := &kernel{p: p, live: p.LiveLoops(), copy: isCopy, flags: map[string]bool{}}
+	return newKernel(p, isCopy).emit(name)
+}
+
+func newKernel(p *compiler.Pair, isCopy bool) *kernel {
+	k := &kernel{p: p, live: p.LiveLoops(), copy: isCopy}
 	k.perC = len(k.live) > 0 && k.live[0].Mode.Axis == compiler.C && (k.live[0].CBlock[0] || k.live[0].CBlock[1])
 	k.used[compiler.SymCommonLayers] = true
 	k.used[compiler.SymCommonHeads] = true
+	return k
+}
+
+// emit generates the kernel function.
+func (k *kernel) emit(name string) jen.Code {
+	p, isCopy := k.p, k.copy
 
 	// Statements that depend on D come inside the component loop when there
 	// is one, before the loops otherwise.
 	setup := k.setup()
 	var body []jen.Code
 	if k.perC {
+		k.apply(0, componentBlocks)
 		body = []jen.Code{k.compLoop(setup)}
 	} else {
 		body = append(setup, k.loop(0, jen.Id("s0"), jen.Id("d0"), jen.Lit(0), jen.Lit(0))...)
@@ -181,20 +194,10 @@ func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
 		}
 		pro = append(pro, jen.Id(symVar[s]).Op(":=").Add(symInit[s]))
 	}
-	for _, f := range []string{"fullLayers", "fullHeads", "consecutive"} {
-		if !k.flags[f] {
-			continue
+	for _, c := range allConds {
+		if k.flags&c != 0 {
+			pro = append(pro, jen.Id(c.String()).Op(":=").Add(c.expr()))
 		}
-		var e *jen.Statement
-		switch f {
-		case "fullLayers":
-			e = jen.Id("nL").Op("==").Id("Ls").Op("&&").Id("nL").Op("==").Id("Ld")
-		case "fullHeads":
-			e = jen.Id("nH").Op("==").Id("Hs").Op("&&").Id("nH").Op("==").Id("Hd")
-		case "consecutive":
-			e = jen.Qual(KernelPkg, "ConsecutiveLayers").Call(jen.Id("p").Dot("Layers"))
-		}
-		pro = append(pro, jen.Id(f).Op(":=").Add(e))
 	}
 	// Both kernels keep a pending run in locals and extend it while the
 	// next run continues it on both sides; the range kernel starts from the
@@ -248,25 +251,68 @@ func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
 	return comment.Add(sig.Block(all...))
 }
 
-// conds returns the Go conditions of a run-time fold and marks what they
-// use.
-func (k *kernel) conds(f compiler.Fold) []string {
-	var c []string
-	if f.FullLayers {
-		c = append(c, "fullLayers")
+// cond is a set of the run-time conditions a kernel may test, each a
+// local bool its prologue computes.
+type cond uint8
+
+const (
+	fullLayers  cond = 1 << iota // both sides hold exactly the common layers
+	fullHeads                    // both sides hold exactly the common heads
+	consecutive                  // the common layers are consecutive on both sides
+)
+
+// allConds lists the conditions in the order a prologue computes them.
+var allConds = []cond{fullLayers, fullHeads, consecutive}
+
+// String returns the name of the local that holds a single condition, or
+// the Go conjunction of a set.
+func (c cond) String() string {
+	var names []string
+	for i, n := range []string{"fullLayers", "fullHeads", "consecutive"} {
+		if c&allConds[i] != 0 {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, " && ")
+}
+
+// expr returns how a prologue computes a single condition.
+func (c cond) expr() *jen.Statement {
+	switch c {
+	case fullLayers:
+		return jen.Id("nL").Op("==").Id("Ls").Op("&&").Id("nL").Op("==").Id("Ld")
+	case fullHeads:
+		return jen.Id("nH").Op("==").Id("Hs").Op("&&").Id("nH").Op("==").Id("Hd")
+	}
+	return jen.Qual(KernelPkg, "ConsecutiveLayers").Call(jen.Id("p").Dot("Layers"))
+}
+
+// need marks the conditions c as computed by the prologue, with the symbols
+// they read, and returns c.
+func (k *kernel) need(c cond) cond {
+	if c&fullLayers != 0 {
 		k.used[compiler.SymSrcLayers], k.used[compiler.SymDstLayers] = true, true
 	}
-	if f.FullHeads {
-		c = append(c, "fullHeads")
+	if c&fullHeads != 0 {
 		k.used[compiler.SymSrcHeads], k.used[compiler.SymDstHeads] = true, true
 	}
-	if f.Consecutive {
-		c = append(c, "consecutive")
-	}
-	for _, x := range c {
-		k.flags[x] = true
-	}
+	k.flags |= c
 	return c
+}
+
+// conds returns the conditions of a run-time fold and marks them needed.
+func (k *kernel) conds(f compiler.Fold) cond {
+	var c cond
+	if f.FullLayers {
+		c |= fullLayers
+	}
+	if f.FullHeads {
+		c |= fullHeads
+	}
+	if f.Consecutive {
+		c |= consecutive
+	}
+	return k.need(c)
 }
 
 func (k *kernel) ret() []jen.Code {
@@ -317,23 +363,16 @@ func (k *kernel) setup() []jen.Code {
 			blk = append(blk, nest)
 		}
 		// Conditions an enclosing if already checked are not repeated.
-		checked := map[string]bool{}
+		var checked cond
 		for _, o := range folds[:j] {
-			for _, c := range k.conds(k.live[o].Fold) {
-				checked[c] = true
-			}
+			checked |= k.conds(k.live[o].Fold)
 		}
-		var conds []string
-		for _, c := range k.conds(k.live[i].Fold) {
-			if !checked[c] {
-				conds = append(conds, c)
-			}
-		}
-		if len(conds) == 0 {
+		conds := k.conds(k.live[i].Fold) &^ checked
+		if conds == 0 {
 			nest = jen.Block(blk...)
 			continue
 		}
-		nest = jen.If(jen.Id(strings.Join(conds, " && "))).Block(blk...)
+		nest = jen.If(jen.Id(conds.String())).Block(blk...)
 	}
 	if nest != nil {
 		st = append(st, nest)
@@ -421,27 +460,110 @@ func (k *kernel) compLoop(setup []jen.Code) jen.Code {
 	return jen.Block(append(pre, jen.For(jen.List(jen.Id("c"), jen.Id("D")).Op(":=").Range().Id("p").Dot("Dims")).Block(inner...))...)
 }
 
+// rule is one case of the generator: a shape of a loop of a pair's nest
+// (its axis, how each side places it, its place in the nest, range or copy
+// kernel) and the code it emits for that loop and everything inside it.
+// The first rule of rules that matches a loop emits it, the way Go's SSA
+// rule generator takes the first rule that matches an op.
+type rule struct {
+	name  string
+	match func(k *kernel, i int) bool
+	emit  func(k *kernel, i int, count, s, d, sr, dr *jen.Statement) []jen.Code
+}
+
+// rules is the ordered table of the generator's cases for live loop i of a
+// kernel (i == len(live) is the run inside the innermost loop). The outer
+// loop over components, when a side has a block per component, is the
+// rule componentBlocks, applied before these.
+var rules []rule
+
+// The table is filled in init: its rules refer to the emitters, which
+// refer back to it for the loops inside theirs.
+func init() {
+	rules = []rule{
+		// Inside the innermost loop: extend the pending run or flush it.
+		{"leaf", func(k *kernel, i int) bool { return i == len(k.live) },
+			func(k *kernel, i int, _, s, d, sr, dr *jen.Statement) []jen.Code { return k.leaf(s, d, sr, dr) }},
+		// A loop over C inside other loops: every component has the same D;
+		// a side with a block per component steps by block or region.
+		{"components", func(k *kernel, i int) bool { return k.live[i].Mode.Axis == compiler.C },
+			(*kernel).forLoop},
+		// A loop whose index a side places through a Mixed has no stride on
+		// that side: it is walked one iteration at a time, and so is the loop
+		// around it, which would stride over it.
+		{"mixed", func(k *kernel, i int) bool {
+			return k.live[i].IsMixed() || i == len(k.live)-2 && k.live[i+1].IsMixed()
+		}, (*kernel).forLoop},
+		// The two innermost loops of a copy kernel: one row mover call for all
+		// their rows when the outer steps over the inner's rows on both sides.
+		{"copy-rows", func(k *kernel, i int) bool {
+			return k.copy && i == len(k.live)-2 && k.live[i+1].Mode.Axis != compiler.C
+		}, (*kernel).collapse},
+		// The innermost loop: its runs have one stride on each side, written
+		// (range) or moved (copy) in one call; a layer loop only when the
+		// common layers are consecutive.
+		{"strided", func(k *kernel, i int) bool { return i == len(k.live)-1 }, (*kernel).strided},
+		// The loop around an innermost loop not over C: strided over the inner
+		// loop's first iteration when the inner loop has one iteration.
+		{"strided-outer", func(k *kernel, i int) bool {
+			return i == len(k.live)-2 && k.live[i+1].Mode.Axis != compiler.C
+		}, (*kernel).strided},
+		// Any other loop: a for loop over its iterations.
+		{"loop", func(k *kernel, i int) bool { return true }, (*kernel).forLoop}}
+}
+
+// componentBlocks names the rule of the outermost loop over components
+// when a side has a block per component (see compLoop).
+const componentBlocks = "component-blocks"
+
+// Rules returns the names of the generator's rules, in the order they are
+// tried, after component-blocks, which applies to an outermost C loop.
+func Rules() []string {
+	names := []string{componentBlocks}
+	for _, r := range rules {
+		names = append(names, r.name)
+	}
+	return names
+}
+
+// RulesFor returns the rule that emits each live loop of p, and the leaf,
+// in the range kernel or, with isCopy, the copy kernel (whose nest follows
+// the destination: pass compiler.LowerIn(src, dst, compiler.Dst)).
+func RulesFor(p *compiler.Pair, isCopy bool) []string {
+	k := newKernel(p, isCopy)
+	k.emit("x")
+	return k.applied
+}
+
 // loop generates live loop i and everything inside it, starting at offsets
-// s and d in regions sr and dr.
+// s and d in regions sr and dr, by the first rule that matches it.
 func (k *kernel) loop(i int, s, d, sr, dr *jen.Statement) []jen.Code {
-	if i == len(k.live) {
-		return k.leaf(s, d, sr, dr)
+	var count *jen.Statement
+	if i < len(k.live) {
+		count = k.use(k.live[i].Extent)
+		if k.live[i].Fold.Kind == compiler.Runtime {
+			count = jen.Id(fmt.Sprintf("n%d", i))
+		}
 	}
-	lp := k.live[i]
-	count := k.use(lp.Extent)
-	if lp.Fold.Kind == compiler.Runtime {
-		count = jen.Id(fmt.Sprintf("n%d", i))
+	for _, r := range rules {
+		if r.match(k, i) {
+			k.apply(i, r.name)
+			return r.emit(k, i, count, s, d, sr, dr)
+		}
 	}
-	// A loop whose index a side places through a Mixed has no stride on
-	// that side: it is walked one iteration at a time, and so is the loop
-	// around it, which would stride over it.
-	if lp.Mode.Axis == compiler.C || lp.IsMixed() || i == len(k.live)-2 && k.live[i+1].IsMixed() {
-		return k.forLoop(i, count, s, d, sr, dr)
+	panic("gen: no rule matches") // the last rule matches every loop
+}
+
+// apply records that rule name emits live loop i (the leaf when i is
+// len(live)); only the first rule applied to a loop counts, since a rule
+// may emit a loop again as its fallback.
+func (k *kernel) apply(i int, name string) {
+	for len(k.applied) <= i {
+		k.applied = append(k.applied, "")
 	}
-	if k.copy && i == len(k.live)-2 && k.live[i+1].Mode.Axis != compiler.C {
-		return k.collapse(i, count, s, d, sr, dr)
+	if k.applied[i] == "" {
+		k.applied[i] = name
 	}
-	return k.strided(i, count, s, d, sr, dr)
 }
 
 // collapse generates the two innermost loops of a copy kernel, i and i+1,
@@ -457,18 +579,18 @@ func (k *kernel) collapse(i int, count, s, d, sr, dr *jen.Statement) []jen.Code 
 	}
 	ss, ds := jen.Id(fmt.Sprintf("ss%d", i)), jen.Id(fmt.Sprintf("ds%d", i))
 	iss, ids := jen.Id(fmt.Sprintf("ss%d", i+1)), jen.Id(fmt.Sprintf("ds%d", i+1))
-	cond := ss.Clone().Op("==").Add(inCount.Clone()).Op("*").Add(iss.Clone()).Op("&&").
+	when := ss.Clone().Op("==").Add(inCount.Clone()).Op("*").Add(iss.Clone()).Op("&&").
 		Add(ds.Clone()).Op("==").Add(inCount.Clone()).Op("*").Add(ids.Clone())
 	if k.live[i].Mode.Axis == compiler.L || in.Mode.Axis == compiler.L {
-		k.flags["consecutive"] = true
-		cond = jen.Id("consecutive").Op("&&").Add(cond)
+		k.need(consecutive)
+		when = jen.Id("consecutive").Op("&&").Add(when)
 	}
 	s1, d1 := k.firstOffset(i, s, d)
 	var first [2]*jen.Statement
 	first[0], first[1] = k.firstOffset(i+1, s1, d1)
 	sv, dv := jen.Id(fmt.Sprintf("s%d", i+2)), jen.Id(fmt.Sprintf("d%d", i+2))
 	rows := k.stridedCopy(iss, ids, sv, dv, first, jen.Id("cnt"), count.Clone().Op("*").Add(inCount.Clone()), sr, dr)
-	return []jen.Code{jen.If(cond).Block(rows...).Else().Block(k.strided(i, count, s, d, sr, dr)...)}
+	return []jen.Code{jen.If(when).Block(rows...).Else().Block(k.strided(i, count, s, d, sr, dr)...)}
 }
 
 // strided generates live loop i, not over C, and everything inside it.
@@ -480,7 +602,7 @@ func (k *kernel) strided(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 	// too. When the innermost loop has a single iteration (one common head,
 	// say), the loop around it is the one to stride.
 	var strided func() []jen.Code
-	var cond *jen.Statement
+	var when *jen.Statement
 	switch {
 	case i == len(k.live)-1:
 		strided = func() []jen.Code { return k.stridedLoop(i, count, s, d, sr, dr) }
@@ -490,30 +612,30 @@ func (k *kernel) strided(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 		if in.Fold.Kind == compiler.Runtime {
 			inCount = jen.Id(fmt.Sprintf("n%d", i+1))
 		}
-		cond = inCount.Op("==").Lit(1)
+		when = inCount.Op("==").Lit(1)
 		if in.Mode.Axis == compiler.L {
-			cond = jen.Id("consecutive").Op("&&").Add(cond)
-			k.flags["consecutive"] = true
+			when = jen.Id("consecutive").Op("&&").Add(when)
+			k.need(consecutive)
 		}
 		strided = func() []jen.Code {
 			s1, d1 := k.firstOffset(i+1, s, d)
 			return k.stridedLoop(i, count, s1, d1, sr, dr)
 		}
 	default:
-		return k.forLoop(i, count, s, d, sr, dr)
+		panic("gen: strided applied to a loop neither innermost nor around it")
 	}
 	if lp.Mode.Axis == compiler.L {
-		k.flags["consecutive"] = true
-		if cond == nil {
-			cond = jen.Id("consecutive")
+		k.need(consecutive)
+		if when == nil {
+			when = jen.Id("consecutive")
 		} else {
-			cond = jen.Id("consecutive").Op("&&").Add(cond)
+			when = jen.Id("consecutive").Op("&&").Add(when)
 		}
 	}
-	if cond == nil {
+	if when == nil {
 		return strided()
 	}
-	return []jen.Code{jen.If(cond).Block(strided()...).Else().Block(k.forLoop(i, count, s, d, sr, dr)...)}
+	return []jen.Code{jen.If(when).Block(strided()...).Else().Block(k.forLoop(i, count, s, d, sr, dr)...)}
 }
 
 // firstOffset returns the offsets of the first iteration of live loop i

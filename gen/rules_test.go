@@ -1,0 +1,85 @@
+package gen
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/compiler"
+)
+
+// ruleCases names, for each rule of the generator, a pair and a kernel in
+// which the rule emits a loop: the layouts' kinds and orders, and whether
+// it is the copy kernel (whose nest follows the destination).
+var ruleCases = []struct {
+	rule     string
+	src, dst string
+	copy     bool
+}{
+	{componentBlocks, "part C T L H D", "pool C S T L H D", false},
+	{"leaf", "part C L H D/8 T D%8", "part C T L D/6 H D%6", false},
+	{"components", "part L C T H D", "pool C S T L H D", false},
+	{"mixed", "part C T/4 L H T%4 D", "part L H T/6 C T%6 D", false},
+	{"copy-rows", "part C T L H D", "pool C S H T L D", true},
+	{"strided", "part C T L H D", "part C L T H D", false},
+	{"strided-outer", "part C T L H D", "pool C S H T L D", false},
+	{"loop", "part C T L H D", "pool C S H T L D", false},
+}
+
+func layout(t *testing.T, name, decl string) *compiler.Layout {
+	t.Helper()
+	kind := compiler.Part
+	if decl[:4] == "pool" {
+		kind = compiler.Pool
+	}
+	l, err := compiler.ParseLayout(kind, name, decl[5:])
+	require.NoError(t, err)
+	return l
+}
+
+// TestRuleGoldens generates, for each rule, the kernel of its case, checks
+// that the rule emits one of its loops, and compares the kernel with
+// testdata/rules/<rule>.golden.
+func TestRuleGoldens(t *testing.T) {
+	for _, c := range ruleCases {
+		t.Run(c.rule, func(t *testing.T) {
+			src, dst := layout(t, "a", c.src), layout(t, "b", c.dst)
+			iter := compiler.Src
+			if c.copy || src.Kind == compiler.Pool {
+				iter = compiler.Dst
+			}
+			p, err := compiler.LowerIn(src, dst, iter)
+			require.NoError(t, err)
+			applied := RulesFor(p, c.copy)
+			require.Contains(t, applied, c.rule, "rules applied: %v\n%s", applied, p)
+			got := fmt.Sprintf("// rules: %v\n%#v\n", applied, kernelFunc(p, FuncSuffix("a", "b"), c.copy))
+			golden := filepath.Join("testdata", "rules", c.rule+".golden")
+			// -update is gen_test's flag, in the same test binary.
+			if f := flag.Lookup("update"); f != nil && f.Value.String() == "true" {
+				require.NoError(t, os.MkdirAll(filepath.Dir(golden), 0o755))
+				require.NoError(t, os.WriteFile(golden, []byte(got), 0o644))
+				return
+			}
+			want, err := os.ReadFile(golden)
+			require.NoError(t, err, "run go test -update to create it")
+			require.Equal(t, string(want), got)
+		})
+	}
+}
+
+// TestEveryRuleHasACase: a rule added to the table needs a golden case.
+func TestEveryRuleHasACase(t *testing.T) {
+	var covered []string
+	for _, c := range ruleCases {
+		covered = append(covered, c.rule)
+	}
+	for _, r := range Rules() {
+		require.True(t, slices.Contains(covered, r), "rule %s has no case in ruleCases", r)
+	}
+	require.Equal(t, []string{componentBlocks, "leaf", "components", "mixed", "copy-rows", "strided", "strided-outer", "loop"}, Rules())
+}
