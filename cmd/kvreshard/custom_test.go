@@ -15,6 +15,7 @@ import (
 // named with pool=), and reads them with and without that file: a reader
 // that never saw the layout plans it from the manifest on the interpreter.
 func TestCustomLayoutsEndToEnd(t *testing.T) {
+	url := memStore(t)
 	kvl := filepath.Join(t.TempDir(), "my.kvl")
 	require.NoError(t, os.WriteFile(kvl, []byte(`part flash "vLLM per-layer flash" { order L C T H D }
 pool hostpool { order L C S T H D }
@@ -29,7 +30,7 @@ pool hostpool { order L C S T H D }
 		{"built-in part, custom pool", "tp=1,pp=2,layout=PLHD,pool=hostpool", "builtin", 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			code, stdout, stderr := runArgs("write", "--store", "mem://custom", "--kvl", kvl, "--model", model, "--src", c.src, "--pages", "3", "--prefix", c.prefix)
+			code, stdout, stderr := runArgs("write", "--store", url, "--kvl", kvl, "--model", model, "--src", c.src, "--pages", "3", "--prefix", c.prefix)
 			require.Equal(t, 0, code, stderr)
 			ranks := 0
 			for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
@@ -47,7 +48,7 @@ pool hostpool { order L C S T H D }
 				{"tp=1,pp=3,rank=0/1,layout=hostpool", true, 1},
 				{"tp=4,pp=1,rank=3/0,layout=page_head", false, map[bool]int64{true: 0, false: 1}[strings.Contains(c.src, "PLHD")]},
 			} {
-				args := []string{"read", "--store", "mem://custom", "--model", model, "--dst", dst.spec, "--pages", "3", "--prefix", c.prefix, "--verify", "--json"}
+				args := []string{"read", "--store", url, "--model", model, "--dst", dst.spec, "--pages", "3", "--prefix", c.prefix, "--verify", "--json"}
 				if dst.kvl {
 					args = append(args, "--kvl", kvl)
 				}
@@ -61,10 +62,10 @@ pool hostpool { order L C S T H D }
 			}
 		})
 	}
-	code, _, stderr := runArgs("write", "--store", "mem://custom", "--kvl", kvl, "--model", model, "--src", "tp=1,layout=flash,pool=flash", "--pages", "1")
+	code, _, stderr := runArgs("write", "--store", url, "--kvl", kvl, "--model", model, "--src", "tp=1,layout=flash,pool=flash", "--pages", "1")
 	require.Equal(t, 2, code)
 	require.Equal(t, "kvreshard write: --src: pool=flash is a part layout; the writer's pool needs a pool layout\n", stderr)
-	code, _, stderr = runArgs("write", "--store", "mem://custom", "--model", model, "--src", "tp=1,layout=page_first", "--pages", "1")
+	code, _, stderr = runArgs("write", "--store", url, "--model", model, "--src", "tp=1,layout=page_first", "--pages", "1")
 	require.Equal(t, 2, code)
 	require.Equal(t, "kvreshard write: --src: layout page_first is a pool layout; pages are stored in part layouts (name the writer's pool with pool=)\n", stderr)
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,6 +20,16 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
+
+// memStores numbers the memory stores of the tests.
+var memStores atomic.Int64
+
+// memStore returns the URL of a memory store of its own: a named memory
+// store lives as long as the process, and go test -count=N runs a test N
+// times in one process.
+func memStore(t *testing.T) string {
+	return fmt.Sprintf("mem://%s-%d", strings.NewReplacer("/", "-", "#", "-").Replace(t.Name()), memStores.Add(1))
+}
 
 // wantUsage runs args and requires exit status 2, nothing on stdout and
 // exactly the one line "kvreshard <command>: msg" on stderr.
@@ -35,6 +46,7 @@ func wantUsage(t *testing.T, msg string, args ...string) {
 // tp=1000000000 to list a billion ranks before --rank applied), and the
 // largest topology within them writes one rank.
 func TestTopologyBounds(t *testing.T) {
+	url := memStore(t)
 	const model = "layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16"
 	for _, c := range []struct{ flag, msg string }{
 		{"tp=4611686018427387904,layout=PLHD", "tp 4611686018427387904 is more than 1024"},
@@ -43,29 +55,29 @@ func TestTopologyBounds(t *testing.T) {
 		{"tp=1,pp=5,layout=PLHD", "pp 5 is more than the 4 layers"},
 		{"tp=1,pp=4611686018427387904,layout=PLHD", "pp 4611686018427387904 is more than the 4 layers"},
 	} {
-		wantUsage(t, "--src: "+c.msg, "write", "--store", "mem://bounds", "--model", model, "--src", c.flag, "--pages", "1", "--rank", "0/0")
-		wantUsage(t, "--src: "+c.msg, "write", "--store", "mem://bounds", "--model", model, "--src", c.flag, "--pages", "1")
-		wantUsage(t, "--dst: "+c.msg, "read", "--store", "mem://bounds", "--model", model, "--dst", strings.Replace(c.flag, "layout=PLHD", "rank=0/0,layout=page_first", 1), "--pages", "1")
+		wantUsage(t, "--src: "+c.msg, "write", "--store", url, "--model", model, "--src", c.flag, "--pages", "1", "--rank", "0/0")
+		wantUsage(t, "--src: "+c.msg, "write", "--store", url, "--model", model, "--src", c.flag, "--pages", "1")
+		wantUsage(t, "--dst: "+c.msg, "read", "--store", url, "--model", model, "--dst", strings.Replace(c.flag, "layout=PLHD", "rank=0/0,layout=page_first", 1), "--pages", "1")
 	}
 	// An MLA model's one head on 64 ranks is within the bounds; on 128 it
 	// is not.
 	const mla = "layers=2,kv-heads=1,head-dim=8,mla=1,dtype=fp8,page=2"
-	code, stdout, stderr := runArgs("write", "--store", "mem://bounds", "--model", mla, "--src", "tp=64,layout=PLHD", "--pages", "2", "--rank", "63/0")
+	code, stdout, stderr := runArgs("write", "--store", url, "--model", mla, "--src", "tp=64,layout=PLHD", "--pages", "2", "--rank", "63/0")
 	require.Equal(t, 0, code, stderr)
 	require.Regexp(t, `^rank 63/0: 0 written, 0 already complete, 0 refused \(another layout\), 2 replica in \S+\n`, stdout)
 	wantUsage(t, "--src: tp 128 replicates each of the 1 kv-heads on 128 ranks; at most 64",
-		"write", "--store", "mem://bounds", "--model", mla, "--src", "tp=128,layout=PLHD", "--pages", "1", "--rank", "0/0")
+		"write", "--store", url, "--model", mla, "--src", "tp=128,layout=PLHD", "--pages", "1", "--rank", "0/0")
 
 	// TP 1024 x PP 4096 would store 4M parts: refused before they are
 	// built (it took 9 s and 1.1 GB to refuse the manifest they made).
 	wantUsage(t, "--src: tp 1024 x pp 4096 stores 4194304 parts a page; a manifest holds at most 23301",
-		"write", "--store", "mem://bounds", "--model", "layers=4096,kv-heads=1024,head-dim=1,mla=1,dtype=fp8,page=1",
+		"write", "--store", url, "--model", "layers=4096,kv-heads=1024,head-dim=1,mla=1,dtype=fp8,page=1",
 		"--src", "tp=1024,pp=4096,layout=PLHD", "--pages", "1", "--rank", "0/0")
 
 	// TP 1024 of 1024 heads: --rank writes one rank, which a reader of
 	// the same rank reads back.
 	const wide = "layers=1,kv-heads=1024,head-dim=1,dtype=fp8,page=1"
-	code, stdout, stderr = runArgs("write", "--store", "mem://bounds", "--model", wide, "--src", "tp=1024,layout=PLHD", "--pages", "2", "--rank", "1023/0")
+	code, stdout, stderr = runArgs("write", "--store", url, "--model", wide, "--src", "tp=1024,layout=PLHD", "--pages", "2", "--rank", "1023/0")
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, 2, strings.Count(stdout, "\n"), stdout)
 	require.Regexp(t, `^rank 1023/0: 2 written, 0 already complete, 0 refused \(another layout\), 0 replica in \S+\n`, stdout)
@@ -118,6 +130,7 @@ Buffers:          102400 kB
 // The guard, on a configured 64 MiB available: one page more than fits
 // is a usage error, as many pages as fit are not.
 func TestPagesGuard(t *testing.T) {
+	url := memStore(t)
 	const avail = 64 << 20
 	setMemory(t, avail)
 	const model = "layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16" // 16384 bytes a page
@@ -125,24 +138,25 @@ func TestPagesGuard(t *testing.T) {
 		args      []string
 		pageBytes int
 	}{
-		{[]string{"write", "--store", "mem://guard", "--model", model, "--src", "tp=1,layout=PLHD"}, 16384},
-		{[]string{"read", "--store", "mem://guard", "--model", model, "--dst", "tp=2,rank=1/0,layout=page_first"}, 8192},
-		{[]string{"demo", "--store", "mem://guard"}, 147456},
+		{[]string{"write", "--store", url, "--model", model, "--src", "tp=1,layout=PLHD"}, 16384},
+		{[]string{"read", "--store", url, "--model", model, "--dst", "tp=2,rank=1/0,layout=page_first"}, 8192},
+		{[]string{"demo", "--store", url}, 147456},
 	} {
 		pages := avail/c.pageBytes + 1
 		wantUsage(t, fmt.Sprintf("--pages %d: %d pages of %d bytes do not fit in the %d bytes of memory available", pages, pages, c.pageBytes, avail),
 			append(c.args, "--pages", strconv.Itoa(pages))...)
 	}
-	code, stdout, stderr := runArgs("read", "--store", "mem://guard", "--model", model, "--dst", "tp=2,rank=1/0,layout=page_first", "--pages", strconv.Itoa(avail/8192))
+	code, stdout, stderr := runArgs("read", "--store", url, "--model", model, "--dst", "tp=2,rank=1/0,layout=page_first", "--pages", strconv.Itoa(avail/8192))
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "read 0 of 8192 pages: ")
 
 	setMemory(t, 100000)
-	wantUsage(t, "--pages 1: 1 page of 147456 bytes does not fit in the 100000 bytes of memory available", "demo", "--store", "mem://guard", "--pages", "1")
+	wantUsage(t, "--pages 1: 1 page of 147456 bytes does not fit in the 100000 bytes of memory available", "demo", "--store", url, "--pages", "1")
 }
 
 // Issue 14, item 12: usage errors exit 2 with one line.
 func TestUsageErrorsExit2(t *testing.T) {
+	url := memStore(t)
 	wantUsage(t, `--store: store URL "foo": missing scheme; use one of file://, mem://, redis+cluster://, redis://`, "demo", "--store", "foo")
 	wantUsage(t, `--store: store URL "file://host/x": host "host" is not empty or localhost; write file:///abs/dir, with three slashes`,
 		"demo", "--store", "file://host/x")
@@ -167,20 +181,21 @@ func TestUsageErrorsExit2(t *testing.T) {
 	const model = "layers=2,kv-heads=2,head-dim=8,dtype=fp32,page=2"
 	for _, rank := range [][]string{nil, {"--rank", "0/1"}} {
 		wantUsage(t, "--src: the writer's pool: layout blockpool splits D by 3, which does not divide head dim 8",
-			append([]string{"write", "--store", "mem://split", "--kvl", kvl, "--model", model, "--src", "tp=1,pp=2,layout=PLHD,pool=blockpool", "--pages", "1"}, rank...)...)
+			append([]string{"write", "--store", url, "--kvl", kvl, "--model", model, "--src", "tp=1,pp=2,layout=PLHD,pool=blockpool", "--pages", "1"}, rank...)...)
 	}
 	wantUsage(t, "--dst: layout blockpool splits D by 3, which does not divide head dim 8",
-		"read", "--store", "mem://split", "--kvl", kvl, "--model", model, "--dst", "tp=1,rank=0/0,layout=blockpool", "--pages", "1")
+		"read", "--store", url, "--kvl", kvl, "--model", model, "--dst", "tp=1,rank=0/0,layout=blockpool", "--pages", "1")
 }
 
 // Issue 14, item 12: a part layout as a reader's pool holds --pages pages,
 // one slot after another, and reads them all.
 func TestReadIntoPartLayout(t *testing.T) {
+	url := memStore(t)
 	const model = "layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=4"
-	code, _, stderr := runArgs("write", "--store", "mem://partpool", "--model", model, "--src", "tp=2,pp=2,layout=HPLD", "--pages", "4")
+	code, _, stderr := runArgs("write", "--store", url, "--model", model, "--src", "tp=2,pp=2,layout=HPLD", "--pages", "4")
 	require.Equal(t, 0, code, stderr)
 	for _, layout := range []string{"PLHD", "LPHD", "HPLD"} {
-		code, stdout, stderr := runArgs("read", "--store", "mem://partpool", "--model", model, "--dst", "tp=4,rank=3/0,layout="+layout,
+		code, stdout, stderr := runArgs("read", "--store", url, "--model", model, "--dst", "tp=4,rank=3/0,layout="+layout,
 			"--pages", "4", "--verify", "--json")
 		require.Equal(t, 0, code, stderr)
 		var got readJSON
@@ -193,7 +208,7 @@ func TestReadIntoPartLayout(t *testing.T) {
 	// interpreter.
 	kvl := filepath.Join(t.TempDir(), "flash.kvl")
 	require.NoError(t, os.WriteFile(kvl, []byte("part flash { order C H D L T }\n"), 0o644))
-	code, stdout, stderr := runArgs("read", "--store", "mem://partpool", "--kvl", kvl, "--model", model, "--dst", "tp=2,pp=2,rank=1/1,layout=flash",
+	code, stdout, stderr := runArgs("read", "--store", url, "--kvl", kvl, "--model", model, "--dst", "tp=2,pp=2,rank=1/1,layout=flash",
 		"--pages", "3", "--verify")
 	require.Equal(t, 0, code, stderr)
 	require.Regexp(t, `^read 3 of 3 pages: 3072 bytes in \d+ ops, \S+ \([\d.]+ GB/s\)\nverified every element of 3 pages\n$`, stdout)
@@ -387,8 +402,9 @@ func (w *failWriter) Write(p []byte) (int, error) {
 // Issue 14, item 13: demo reports a table it could not print (its
 // tabwriter's Flush error used to be dropped, and demo exited 0).
 func TestDemoOutputError(t *testing.T) {
+	url := memStore(t)
 	var stderr strings.Builder
-	code := run([]string{"demo", "--store", "mem://demoout", "--pages", "1"}, &failWriter{n: 3}, &stderr)
+	code := run([]string{"demo", "--store", url, "--pages", "1"}, &failWriter{n: 3}, &stderr)
 	require.Equal(t, 1, code)
 	require.Equal(t, "kvreshard demo: stdout is closed\n", stderr.String())
 }

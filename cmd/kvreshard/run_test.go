@@ -168,8 +168,9 @@ func TestDemo(t *testing.T) {
 
 // write and read in one process share a named memory store.
 func TestWriteReadMem(t *testing.T) {
+	url := memStore(t)
 	const model = "layers=6,kv-heads=4,head-dim=16,v-head-dim=8,dtype=bf16,page=8"
-	code, stdout, stderr := runArgs("write", "--store", "mem://cmdtest", "--model", model, "--src", "tp=2,pp=2,layout=HPLD", "--pages", "3", "--prefix", "t")
+	code, stdout, stderr := runArgs("write", "--store", url, "--model", model, "--src", "tp=2,pp=2,layout=HPLD", "--pages", "3", "--prefix", "t")
 	require.Equal(t, 0, code, stderr)
 	require.Regexp(t, `^rank 0/0: 3 written, 0 already complete, 0 refused \(another layout\), 0 replica in \S+
 rank 1/0: 3 written, 0 already complete, 0 refused \(another layout\), 0 replica in \S+
@@ -178,7 +179,7 @@ rank 1/1: 3 written, 0 already complete, 0 refused \(another layout\), 0 replica
 layout sha256:[0-9a-f]{64} \(HPLD, manifest kv/[0-9a-f]{64}/manifests/[0-9a-f]{64}\)
 $`, stdout)
 	for _, r := range []string{"0/0", "0/1", "0/2"} {
-		code, stdout, stderr = runArgs("read", "--store", "mem://cmdtest", "--model", model, "--dst", "tp=1,pp=3,layout=page_first_direct,rank="+r,
+		code, stdout, stderr = runArgs("read", "--store", url, "--model", model, "--dst", "tp=1,pp=3,layout=page_first_direct,rank="+r,
 			"--pages", "3", "--prefix", "t", "--verify", "--json")
 		require.Equal(t, 0, code, stderr)
 		var got readJSON
@@ -191,11 +192,12 @@ $`, stdout)
 // read --copy-workers: any count reads the same verified pages; a
 // negative one is a usage error.
 func TestReadCopyWorkers(t *testing.T) {
+	url := memStore(t)
 	const model = "layers=6,kv-heads=4,head-dim=16,v-head-dim=8,dtype=bf16,page=8"
-	code, _, stderr := runArgs("write", "--store", "mem://cmdworkers", "--model", model, "--src", "tp=4,layout=PLHD", "--pages", "4", "--prefix", "w")
+	code, _, stderr := runArgs("write", "--store", url, "--model", model, "--src", "tp=4,layout=PLHD", "--pages", "4", "--prefix", "w")
 	require.Equal(t, 0, code, stderr)
 	for _, w := range []string{"0", "1", "3"} {
-		code, stdout, stderr := runArgs("read", "--store", "mem://cmdworkers", "--model", model, "--dst", "tp=2,pp=2,layout=page_first,rank=1/1",
+		code, stdout, stderr := runArgs("read", "--store", url, "--model", model, "--dst", "tp=2,pp=2,layout=page_first,rank=1/1",
 			"--pages", "4", "--prefix", "w", "--verify", "--json", "--strategy", "staged", "--copy-workers", w)
 		require.Equal(t, 0, code, stderr)
 		var got readJSON
@@ -203,7 +205,7 @@ func TestReadCopyWorkers(t *testing.T) {
 		// 3 layers x 2 heads x 8 tokens x (16+8) x 2 bytes a page.
 		require.Equal(t, readJSON{Requested: 4, Hit: 4, Verified: true, Bytes: 4 * 2304, Ops: got.Ops, Seconds: got.Seconds, GBps: got.GBps}, got)
 	}
-	code, stdout, stderr := runArgs("read", "--store", "mem://cmdworkers", "--model", model, "--dst", "tp=2,pp=2,layout=page_first,rank=1/1",
+	code, stdout, stderr := runArgs("read", "--store", url, "--model", model, "--dst", "tp=2,pp=2,layout=page_first,rank=1/1",
 		"--pages", "4", "--prefix", "w", "--copy-workers", "-2")
 	require.Equal(t, 2, code)
 	require.Empty(t, stdout)
