@@ -21,6 +21,7 @@ from this process, as the eight TP ranks.
 
 import argparse
 import json
+import mmap
 import sys
 import time
 
@@ -69,9 +70,10 @@ def main(argv=None):
     with kv.Store(a.url) as st:
         if a.write:
             write(st, m, ks)
-        # rank 0/0 of TP 4 x PP 2: layers 0-39, heads 0-1; page_first, K and V regions
+        # rank 0/0 of TP 4 x PP 2: layers 0-39, heads 0-1; page_first, K and V
+        # regions, page-aligned anonymous memory as Go's large allocations are
         n = a.pages * PAGE * (LAYERS // 2) * 2 * DIM * 2
-        pool = kv.Pool("page_first", [bytearray(n), bytearray(n)], a.pages)
+        pool = kv.Pool("page_first", [mmap.mmap(-1, n), mmap.mmap(-1, n)], a.pages)
         slots = list(range(a.pages - 1, -1, -1))
         with kv.Reader(st, m, kv.Placement(4, 2, rank=(0, 0), pp_layers=[40, 40]), pool) as r:
             res = r.read(ks, slots)
