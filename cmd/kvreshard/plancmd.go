@@ -175,8 +175,8 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *repeat < 0 {
-		return usagef("--repeat %d is negative", *repeat)
+	if *repeat < 0 || *repeat > maxRepeat {
+		return usagef("--repeat %d: give 0 to %d builds", *repeat, maxRepeat)
 	}
 	opts, err := strategyOptions(*strategy, *transport, *segments, *stage, *gap)
 	if err != nil {
@@ -214,6 +214,10 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 	s.printPlan(stdout, pl, out)
 	return nil
 }
+
+// maxRepeat bounds plan --repeat: a million builds of the 70B case take
+// minutes, and their times are kept.
+const maxRepeat = 1000000
 
 // strategyOptions returns the planner options of the strategy flags.
 func strategyOptions(strategy, transport string, segments, stage, gap int) (plan.Options, error) {

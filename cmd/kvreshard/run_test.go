@@ -314,6 +314,11 @@ func TestTooLarge(t *testing.T) {
 	require.Empty(t, stdout)
 	require.Equal(t, "kvreshard plan: --dst: pool page_first of 9223372036854775807 slots is more than 1125899906842624 bytes\n", stderr)
 
+	// --repeat keeps a time per build: it panicked in makeslice.
+	for _, n := range []string{"4611686018427387904", "1000001", "-1"} {
+		wantUsage(t, "--repeat "+n+": give 0 to 1000000 builds", "plan", "--model", "layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16",
+			"--src", "tp=1,layout=PLHD", "--dst", "tp=1,rank=0/0,layout=page_first", "--repeat", n)
+	}
 	// Pages past the memory available: TestPagesGuard, on a configured
 	// figure.
 }
