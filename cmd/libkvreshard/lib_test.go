@@ -630,3 +630,59 @@ func (f *failStore) Query(ctx context.Context, keys []string) ([]store.Object, e
 	}
 	return f.Store.Query(ctx, keys)
 }
+
+// TestMLA writes and reads pages of an MLA model: one latent region.
+func TestMLA(t *testing.T) {
+	sh, err := openStore("mem://")
+	require.NoError(t, err)
+	defer closeStore(sh)
+	ma := modelArgs{layers: 4, kvHeads: 1, headDim: 16, page: 8, mla: 1, dtype: "fp8"}
+	model, err := buildModel(ma)
+	require.NoError(t, err)
+	_, _, keys := storeKeysOf(t, model.Domain(), 3)
+
+	var ws []*writerHandle
+	for pp := range 2 {
+		pa := placementArgs{tp: 1, pp: 2, ppRank: pp, ppLayers: []int{3, 1}}
+		a, regs := testPool(t, "page_head", &model.Descriptor, pa, 3)
+		require.Equal(t, 1, a.nregions)
+		w, err := openWriter(sh, ma, pa, a, "")
+		require.NoError(t, err)
+		wh, _ := lookup[*writerHandle](w, "writer")
+		ws = append(ws, wh)
+		defer wh.close(w, "writer")
+		for i, k := range keys {
+			content.Fill(wh.w.Geometry(), regs, i, content.Seed(k))
+		}
+		st := make([]uint8, 3)
+		_, err = wh.write(keys, []int{0, 1, 2}, st)
+		require.NoError(t, err)
+		require.Equal(t, []uint8{0, 0, 0}, st)
+	}
+	require.Equal(t, "HPLD", ws[0].man.Layout.Name)
+
+	// TP 2 on one KV head: both ranks hold the latent, one reads here.
+	pa := placementArgs{tp: 2, pp: 1, tpRank: 1}
+	a, regs := testPool(t, "layer_first", &model.Descriptor, pa, 3)
+	r, err := openReader(sh, ma, pa, a)
+	require.NoError(t, err)
+	rh, _ := lookup[*readerHandle](r, "reader")
+	defer rh.close(r, "reader")
+	res, err := rh.read(keys, []int{2, 0, 1})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Hit)
+	for i, s := range []int{2, 0, 1} {
+		require.NoError(t, content.Verify(rh.r.Geometry(), regs, s, content.Seed(keys[i])))
+	}
+	// A TP 2 writer of one head: rank 1 holds a replica.
+	pa = placementArgs{tp: 2, pp: 1, tpRank: 1}
+	wa, _ := testPool(t, "page_first", &model.Descriptor, pa, 1)
+	w, err := openWriter(sh, ma, pa, wa, "")
+	require.NoError(t, err)
+	wh, _ := lookup[*writerHandle](w, "writer")
+	defer wh.close(w, "writer")
+	st := []uint8{9}
+	_, err = wh.write(keys[:1], []int{0}, st)
+	require.NoError(t, err)
+	require.Equal(t, []uint8{kvrReplica}, st)
+}
