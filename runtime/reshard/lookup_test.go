@@ -20,6 +20,7 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/store"
 	"github.com/kvreshard/kvreshard/runtime/store/filestore"
 	"github.com/kvreshard/kvreshard/runtime/store/memstore"
+	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
 // TestObjectErrStopsAtBadPage: a query that reports one object as
@@ -123,6 +124,34 @@ func reopen(t testing.TB, b backend) store.Store {
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// TestWrongTypeClaimOnRedis: on Redis, a page whose meta key holds a value
+// of the wrong type is a failed page of the query; the pages before it are
+// read.
+func TestWrongTypeClaimOnRedis(t *testing.T) {
+	srv := redistest.StartServer(t)
+	st, err := store.Open(context.Background(), srv.URL())
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	keys := content.PageKeys("wrongtype", small.Domain(), 4)
+	writeAll(t, st, small, tp2pp2, "PLHD", keys)
+	c := redisClient(t, srv)
+	meta := "{" + keys[3] + "}:meta" // redisstore's key of a page's claim
+	ctx := context.Background()
+	n, err := c.Do(ctx, c.B().Del().Key(meta).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.NoError(t, c.Do(ctx, c.B().Set().Key(meta).Value("garbage").Build()).Error())
+
+	rd, regions := newReader(t, st, small, tp2pp2, placement.Rank{TP: 1, PP: 1}, "page_first", 4, reshard.ReaderOptions{})
+	before := clone(regions)
+	res, err := rd.Read(ctx, keys, iota(4), regions)
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Hit)
+	require.True(t, strings.HasPrefix(res.Stop.Error(), "page "+keys[3]+": "), res.Stop.Error())
+	require.Equal(t, reshard.StopFailed, reshard.Classify(res.Stop), "%v", res.Stop)
+	checkPool(t, rd.Geometry(), before, regions, keys, iota(4), 3)
 }
 
 // files returns the regular files named name under dir.
