@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -462,4 +463,27 @@ func TestReadEvictedAfterQuery(t *testing.T) {
 			`stopped: page missing or incomplete: `+keys[1]+`: read `+keys[1]+` part 0 \[0,\d+\): [^\n]*not found[^\n]*\n`+
 			`verified every element of 1 page\n$`, stdout)
 	}
+}
+
+// --kvl reads regular files of at most 1 MiB: a FIFO used to block the
+// command forever and /dev/zero to fill its memory.
+func TestKVLFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.kvl")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	big := filepath.Join(dir, "big.kvl")
+	require.NoError(t, os.WriteFile(big, []byte(strings.Repeat("\n", maxKVLBytes+1)), 0o644))
+	// Exactly the limit: 31 bytes of layout after the blank lines.
+	fits := filepath.Join(dir, "fits.kvl")
+	require.NoError(t, os.WriteFile(fits, []byte(strings.Repeat("\n", maxKVLBytes-31)+"part flash { order C H D L T }\n"), 0o644))
+	args := func(kvl string) []string {
+		return []string{"plan", "--kvl", kvl, "--model", planModel, "--src", "tp=1,layout=flash", "--dst", "tp=1,rank=0/0,layout=page_first"}
+	}
+	wantUsage(t, "--kvl: "+fifo+" is not a regular file", args(fifo)...)
+	wantUsage(t, "--kvl: /dev/zero is not a regular file", args("/dev/zero")...)
+	wantUsage(t, "--kvl: "+dir+" is not a regular file", args(dir)...)
+	wantUsage(t, "--kvl: stat "+dir+"/none.kvl: no such file or directory", args(dir+"/none.kvl")...)
+	wantUsage(t, "--kvl: "+big+" is more than 1048576 bytes", args(big)...)
+	code, _, stderr := runArgs(args(fits)...)
+	require.Equal(t, 0, code, stderr)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"sort"
@@ -358,6 +359,34 @@ func layoutNames(custom map[string]*compiler.Layout) []string {
 	return append(names, extra...)
 }
 
+// maxKVLBytes bounds a .kvl file: a layout takes a line or two.
+const maxKVLBytes = 1 << 20
+
+// readKVL reads a .kvl file: a regular file of at most maxKVLBytes (not a
+// FIFO that would block, nor /dev/zero).
+func readKVL(name string) ([]byte, error) {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", name)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	text, err := io.ReadAll(io.LimitReader(f, maxKVLBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(text) > maxKVLBytes {
+		return nil, fmt.Errorf("%s is more than %d bytes", name, maxKVLBytes)
+	}
+	return text, nil
+}
+
 // loadKVL reads custom layouts from .kvl files named by a comma-separated
 // list; their pairs with other layouts run on the interpreter.
 func loadKVL(list string) (map[string]*compiler.Layout, error) {
@@ -367,7 +396,7 @@ func loadKVL(list string) (map[string]*compiler.Layout, error) {
 	}
 	var srcs []compiler.Source
 	for _, name := range strings.Split(list, ",") {
-		text, err := os.ReadFile(name)
+		text, err := readKVL(name)
 		if err != nil {
 			return nil, usagef("--kvl: %v", err)
 		}
