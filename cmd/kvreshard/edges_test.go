@@ -162,6 +162,12 @@ func TestUsageErrorsExit2(t *testing.T) {
 	wantUsage(t, `--store: store URL "file://host/x": host "host" is not empty or localhost; write file:///abs/dir, with three slashes`,
 		"demo", "--store", "file://host/x")
 
+	// Flags are checked before the store is opened: no connection to a
+	// closed port, and exit 2 for the flag.
+	wantUsage(t, `--strategy: unknown strategy "bogus"; strategies are direct, scatter, staged, auto`,
+		"read", "--store", "redis://127.0.0.1:1", "--model", "layers=2,kv-heads=2,head-dim=4,dtype=fp32,page=2",
+		"--dst", "tp=1,rank=0/0,layout=page_first", "--pages", "1", "--strategy", "bogus")
+
 	// The flag package's errors: one line, not the usage after it.
 	wantUsage(t, "flag provided but not defined: -bogus", "read", "--bogus")
 	wantUsage(t, `invalid value "x" for flag -pages: not a decimal whole number`, "write", "--pages", "x")

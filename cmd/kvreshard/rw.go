@@ -166,13 +166,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	if err := checkPages("--pages", *pages, g.PageBytes); err != nil {
 		return err
 	}
-	ctx := context.Background()
-	st, err := openStore(ctx, *storeURL)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	domain := ms.model.Domain()
+	// Every flag is checked before the store is opened.
 	ropts, err := readOptions(*storeURL, *strategy)
 	if err != nil {
 		return err
@@ -180,6 +174,13 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	if err := applyCosts(&ropts.Plan, *costs); err != nil {
 		return err
 	}
+	ctx := context.Background()
+	st, err := openStore(ctx, *storeURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	domain := ms.model.Domain()
 	ropts.CopyWorkers = *workers
 	ropts.CheckParts = *checkParts
 	rd, err := reshard.NewReader(st, domain, d, b, ropts)
