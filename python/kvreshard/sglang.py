@@ -122,6 +122,9 @@ except Exception:
         backup_bandwidth: List[float] = field(default_factory=list)
 
 
+_METRICS = ("prefetch_pgs", "backup_pgs", "prefetch_bandwidth", "backup_bandwidth")
+
+
 class ConfigError(kv.InvalidArgument):
     """The backend cannot start: its configuration, the host pool and the
     framework's placement disagree."""
@@ -435,7 +438,7 @@ class KvreshardStorage(HiCacheStorage):
     def _reset_counters(self):
         self.counters = {"get_batches": 0, "get_pages": 0, "get_hits": 0, "set_batches": 0,
                          "set_pages": 0, "set_ok": 0, "errors": 0}
-        self._metrics = StorageMetrics()
+        self._metrics = {f: [] for f in _METRICS}
 
     def register_mem_pool_host(self, mem_pool_host):
         """Bind the rank's host pool: refuses (ConfigError) when the pool,
@@ -543,8 +546,8 @@ class KvreshardStorage(HiCacheStorage):
                 c["get_pages"] += n
                 c["get_hits"] += res.hit
                 if res.hit:
-                    self._metrics.prefetch_pgs.append(res.hit)
-                    self._metrics.prefetch_bandwidth.append(res.bytes / max(dt, 1e-9) / 1e9)
+                    self._metrics["prefetch_pgs"].append(res.hit)
+                    self._metrics["prefetch_bandwidth"].append(res.bytes / max(dt, 1e-9) / 1e9)
         except Exception as e:
             self._count(errors=1)
             logger.error("kvreshard: batch_get_v1 of %d pages failed: %s", n, e)
@@ -573,8 +576,8 @@ class KvreshardStorage(HiCacheStorage):
                 c["set_pages"] += n
                 c["set_ok"] += sum(out)
                 if written:
-                    self._metrics.backup_pgs.append(written)
-                    self._metrics.backup_bandwidth.append(
+                    self._metrics["backup_pgs"].append(written)
+                    self._metrics["backup_bandwidth"].append(
                         written * self.binding.page_bytes / max(dt, 1e-9) / 1e9)
         except Exception as e:
             self._count(errors=1)
@@ -605,10 +608,18 @@ class KvreshardStorage(HiCacheStorage):
 
     def get_stats(self):
         """The StorageMetrics since the last call (pages and GB/s of each
-        read and write batch), for SGLang's storage metrics."""
+        read and write batch), for SGLang's storage metrics; None (which
+        SGLang skips) if its StorageMetrics cannot be built."""
         with self._mu:
-            m, self._metrics = self._metrics, StorageMetrics()
-        return m
+            lists, self._metrics = self._metrics, {f: [] for f in _METRICS}
+        try:
+            m = StorageMetrics()
+            for f, v in lists.items():
+                getattr(m, f).extend(v)
+            return m
+        except Exception as e:
+            logger.error("kvreshard: get_stats: %s", e)
+            return None
 
     def stats(self):
         """This backend's counters and the reader's and writer's, as a dict."""

@@ -404,6 +404,22 @@ def test_model_domain_separates_dtypes_and_tenants(tmp_path):
         b.close()
 
 
+def test_stats_of_another_storage_metrics(tmp_path, monkeypatch, caplog):
+    """get_stats gives None (which SGLang skips) rather than raising or
+    returning another class when SGLang's StorageMetrics cannot be built."""
+
+    class Other:
+        def __init__(self, needed):
+            pass
+
+    w = instance("file://" + str(tmp_path), 1, 1, [LAYERS], "page_first")
+    monkeypatch.setattr(ks, "StorageMetrics", Other)
+    with caplog.at_level(logging.ERROR, logger="kvreshard.sglang"):
+        assert w[0][0].get_stats() is None
+    assert caplog.messages == ["kvreshard: get_stats: __init__() missing 1 required positional argument: 'needed'"]
+    close(w)
+
+
 def test_stats_and_clear(tmp_path):
     url = "file://" + str(tmp_path)
     sp = spec()
