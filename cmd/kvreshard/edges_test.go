@@ -288,6 +288,9 @@ func TestStrictCounts(t *testing.T) {
 		{plan(good, src, dst, "--max-gap", "-0"), `invalid value "-0" for flag -max-gap: not a decimal whole number`},
 		{[]string{"write", "--store", "mem://", "--model", good, "--src", src, "--pages", "010"}, `invalid value "010" for flag -pages: not a decimal whole number`},
 		{[]string{"write", "--store", "mem://", "--model", good, "--src", src, "--pages", "1", "--rank", "0/+0"}, "--rank 0/+0 is not TP/PP ranks like 1/0"},
+		{plan("layers=0\n,kv-heads=4,head-dim=8,dtype=fp32,page=16", src, dst), `--model: "layers=0\n,kv-heads=4,head-dim=8,dtype=fp32,page=16" has a control character at byte 8`},
+		{plan(good, "tp=1,layout=PLHD\t", dst), `--src: "tp=1,layout=PLHD\t" has a control character at byte 16`},
+		{[]string{"write", "--store", "mem://", "--model", good, "--src", src, "--pages", "1", "--rank", "0/\n0"}, `--rank "0/\n0" is not TP/PP ranks like 1/0`},
 		{[]string{"read", "--store", "mem://", "--model", good, "--dst", dst, "--pages", " 1"}, `invalid value " 1" for flag -pages: not a decimal whole number`},
 		{[]string{"demo", "--pages", "1e3"}, `invalid value "1e3" for flag -pages: not a decimal whole number`},
 	} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 	"time"
 
 	"github.com/kvreshard/kvreshard/runtime/content"
@@ -70,7 +71,11 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 	// List every rank only when every rank writes: --rank builds one.
 	var ranks []placement.Rank
 	if *rankFlag != "" {
-		r, err := parseRank("--rank "+*rankFlag, *rankFlag, ts.topo)
+		label := "--rank " + *rankFlag
+		if strings.IndexFunc(*rankFlag, unicode.IsControl) >= 0 {
+			label = fmt.Sprintf("--rank %q", *rankFlag)
+		}
+		r, err := parseRank(label, *rankFlag, ts.topo)
 		if err != nil {
 			return err
 		}

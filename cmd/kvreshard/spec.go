@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/dsl"
@@ -30,6 +31,9 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 func keyValues(flag, s string, keys ...string) (map[string]string, error) {
 	if s == "" {
 		return nil, usagef("%s is required", flag)
+	}
+	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
+		return nil, usagef("%s: %q has a control character at byte %d", flag, s, i)
 	}
 	out := map[string]string{}
 	for _, kv := range strings.Split(s, ",") {
