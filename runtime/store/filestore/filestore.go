@@ -64,8 +64,8 @@
 //
 // When a writer writes to an object that no other writer is writing (its
 // lock is free), it removes the object's temporary files older than the
-// lease: a killed writer's. Every write removes parts of generations other
-// than the claim's (left by a takeover that was itself killed). Temporary files
+// lease (a killed writer's) and the parts of generations other than the
+// claim's (left by a takeover that was itself killed). Temporary files
 // in meta/, left by a writer killed in PutMeta, are not removed; they are
 // harmless and may be deleted while no process writes.
 //
@@ -95,6 +95,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -202,13 +203,18 @@ type object struct {
 	sums     []uint64
 }
 
+// partID names a part file: a part of the generation of a claim, whose
+// content never changes.
 type partID struct {
 	key  string
+	gen  string
 	part int
 }
 
+// openFile is an open part file, read with pread.
 type openFile struct {
-	f      *os.File
+	fd     int
+	path   string
 	refs   int
 	closed bool // dropped from the cache; close when refs drops to 0
 }
@@ -377,22 +383,13 @@ func (s *Store) writePart(w *store.PartWrite) error {
 
 // writeLocked writes a part under the object's lock.
 func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
-	lk, excl, err := s.lock(dir)
+	lk, exclusive, err := s.lock(dir)
 	if err != nil {
 		return err
 	}
 	defer lk.Close()
-	if excl {
-		// Every temporary file in the directory is written under the
-		// lock: no other writer holds it, so the temporaries there are
-		// dead.
-		s.removeTemps(dir)
-		if err := flock(lk, unix.LOCK_SH); err != nil {
-			return fmt.Errorf("lock %s: %w", lk.Name(), err)
-		}
-	}
 	claimPath := filepath.Join(dir, "claim")
-	exclusive, cleaned := false, false
+	cleaned := false
 	for attempt := 0; ; attempt++ {
 		if attempt == maxAttempts {
 			// Other writers took the object over every time this one
@@ -403,7 +400,7 @@ func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			// A new object: the first claim wins.
 			mine := claim{w.Parts, newGen(), w.Manifest}
-			if _, err := s.writeFile(claimPath, [][]byte{mine.bytes()}, -1, false); err != nil {
+			if _, err := s.writeFile(claimPath, [][]byte{mine.bytes()}, -1, false, true); err != nil {
 				return err
 			}
 			continue // read the claim that won
@@ -421,7 +418,10 @@ func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
 		if err != nil && !errors.As(err, &corrupt) && !errors.As(err, &tooBig) {
 			return err
 		}
-		if !cleaned {
+		if exclusive && !cleaned {
+			// No other writer holds the lock: every temporary file is
+			// written under it, so those here are dead, and so are the
+			// parts of other generations than the claim's.
 			cleaned = true
 			gen := ""
 			if c != nil {
@@ -435,8 +435,15 @@ func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
 			} else if complete {
 				return store.ErrComplete
 			}
+			if exclusive {
+				// Other writers of the layout may write at the same
+				// time.
+				if err := flock(lk, unix.LOCK_SH); err != nil {
+					return err
+				}
+			}
 			data := append(w.Data[:len(w.Data):len(w.Data)], binary.LittleEndian.AppendUint64(nil, w.Checksum))
-			if _, err := s.writeFile(partPath(dir, c.gen, w.Part), data, w.Part, false); err != nil {
+			if _, err := s.writeFile(partPath(dir, c.gen, w.Part), data, w.Part, false, false); err != nil {
 				return err
 			}
 			now := s.now()
@@ -471,34 +478,42 @@ func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
 		// Take the object over: a claim of a new generation replaces the
 		// old one, and the old generation's parts go.
 		mine := claim{w.Parts, newGen(), w.Manifest}
-		if _, err := s.writeFile(claimPath, [][]byte{mine.bytes()}, -1, true); err != nil {
+		if _, err := s.writeFile(claimPath, [][]byte{mine.bytes()}, -1, true, true); err != nil {
 			return err
 		}
 		s.removeStale(dir, mine.gen)
-		// Write the part under a shared lock, as any writer: other
-		// writers of the new layout need not wait for it.
-		if err := flock(lk, unix.LOCK_SH); err != nil {
-			return fmt.Errorf("lock %s: %w", lk.Name(), err)
-		}
-		exclusive = false
 	}
 }
 
+// lockFile is an object's open lock file.
+type lockFile struct {
+	fd   int
+	path string
+}
+
+// Close closes the file, which releases its lock.
+func (f *lockFile) Close() error { return unix.Close(f.fd) }
+
 // flock applies a flock operation, retrying when a signal interrupts it.
-func flock(f *os.File, how int) error {
+func flock(f *lockFile, how int) error {
 	for {
-		if err := unix.Flock(int(f.Fd()), how); err != unix.EINTR {
+		err := unix.Flock(f.fd, how)
+		switch err {
+		case unix.EINTR:
+			continue
+		case nil, unix.EWOULDBLOCK:
 			return err
 		}
+		return fmt.Errorf("lock %s: %w", f.path, err)
 	}
 }
 
 // upgrade turns a shared lock into an exclusive one without waiting. It
 // reports false, holding no lock, when another holds the lock; the caller
 // then only closes the file.
-func upgrade(f *os.File) (bool, error) {
+func upgrade(f *lockFile) (bool, error) {
 	if err := flock(f, unix.LOCK_UN); err != nil {
-		return false, fmt.Errorf("unlock %s: %w", f.Name(), err)
+		return false, err
 	}
 	return tryExclusive(f)
 }
@@ -506,36 +521,35 @@ func upgrade(f *os.File) (bool, error) {
 // tryExclusive locks f exclusively if no other holds its lock, and reports
 // whether it did. If f held a lock and another holds one too, f is left
 // with none (flock drops the old lock before it tries the new one).
-func tryExclusive(f *os.File) (bool, error) {
+func tryExclusive(f *lockFile) (bool, error) {
 	switch err := flock(f, unix.LOCK_EX|unix.LOCK_NB); err {
 	case nil:
 		return true, nil
 	case unix.EWOULDBLOCK:
 		return false, nil
 	default:
-		return false, fmt.Errorf("lock %s: %w", f.Name(), err)
+		return false, err
 	}
 }
 
 // lock opens the object's lock file, creating it and the object's directory
 // if they are missing, and locks it: exclusively if no other process holds
 // it (excl), or else shared. Closing the file releases the lock.
-func (s *Store) lock(dir string) (f *os.File, excl bool, err error) {
+func (s *Store) lock(dir string) (f *lockFile, excl bool, err error) {
 	path := filepath.Join(dir, "lock")
-	f, err = s.open(path, os.O_RDWR|os.O_CREATE)
+	fd, _, err := s.openFd(path, unix.O_RDWR|unix.O_CREAT)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := s.mkdir(dir); err != nil {
 			return nil, false, err
 		}
-		f, err = s.open(path, os.O_RDWR|os.O_CREATE)
+		fd, _, err = s.openFd(path, unix.O_RDWR|unix.O_CREAT)
 	}
 	if err != nil {
 		return nil, false, err
 	}
+	f = &lockFile{fd, path}
 	if excl, err = tryExclusive(f); err == nil && !excl {
-		if err = flock(f, unix.LOCK_SH); err != nil {
-			err = fmt.Errorf("lock %s: %w", path, err)
-		}
+		err = flock(f, unix.LOCK_SH)
 	}
 	if err != nil {
 		f.Close()
@@ -571,32 +585,22 @@ func partsExist(dir string, c *claim) (bool, error) {
 	return true, nil
 }
 
-// removeStale removes from an object's directory the parts of generations
-// other than gen, which no claim names any more, unless gen is empty.
-// Failures are ignored: the files are harmless, and the next write tries
-// again.
+// removeStale removes from an object's directory the temporary files older
+// than the lease and, unless gen is empty, the parts of generations other
+// than gen, which no claim names any more. The caller holds the object's
+// lock exclusively: no live writer is writing a temporary file. Failures
+// are ignored: the files are harmless, and a later write tries again.
 func (s *Store) removeStale(dir, gen string) {
-	if gen == "" {
-		return
-	}
-	for _, name := range readDirNames(dir) {
-		if strings.HasPrefix(name, "part-") && !strings.HasPrefix(name, "part-"+gen+"-") {
-			os.Remove(filepath.Join(dir, name))
-		}
-	}
-}
-
-// removeTemps removes from an object's directory the temporary files older
-// than the lease. The caller holds the object's lock exclusively, so no
-// live writer is writing them. Failures are ignored.
-func (s *Store) removeTemps(dir string) {
 	now := s.now()
 	for _, name := range readDirNames(dir) {
-		if strings.HasPrefix(name, ".tmp-") {
-			path := filepath.Join(dir, name)
+		path := filepath.Join(dir, name)
+		switch {
+		case strings.HasPrefix(name, ".tmp-"):
 			if fi, err := os.Lstat(path); err == nil && now.Sub(fi.ModTime()) > s.lease {
 				os.Remove(path)
 			}
+		case gen != "" && strings.HasPrefix(name, "part-") && !strings.HasPrefix(name, "part-"+gen+"-"):
+			os.Remove(path)
 		}
 	}
 }
@@ -613,52 +617,43 @@ func readDirNames(dir string) []string {
 
 // writeFile writes the concatenated data to a temporary file beside path
 // and links it to path unless path exists (created is then false), or, with
-// replace, renames it over path. The file's modification time is the
-// store's clock. part >= 0 runs testHookFragment.
-func (s *Store) writeFile(path string, data [][]byte, part int, replace bool) (created bool, err error) {
+// replace, renames it over path. With stamp, the file's modification time
+// is the store's clock. part >= 0 runs testHookFragment.
+func (s *Store) writeFile(path string, data [][]byte, part int, replace, stamp bool) (created bool, err error) {
 	if !replace {
 		if _, err := os.Lstat(path); err == nil {
 			return false, nil
 		}
 	}
 	dir := filepath.Dir(path)
-	tmp, err := createTemp(dir)
+	tmp, fd, err := createTemp(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := s.mkdir(dir); err != nil {
 			return false, err
 		}
-		tmp, err = createTemp(dir)
+		tmp, fd, err = createTemp(dir)
 	}
 	if err != nil {
 		return false, err
 	}
-	defer os.Remove(tmp.Name())
-	for i, d := range data {
-		if _, err := tmp.Write(d); err != nil {
-			tmp.Close()
-			return false, err
-		}
-		if part >= 0 && testHookFragment != nil && i < len(data)-1 {
-			testHookFragment(part, i)
-		}
-	}
-	if s.sync {
-		if err := tmp.Sync(); err != nil {
-			tmp.Close()
-			return false, err
-		}
-	}
-	if err := tmp.Close(); err != nil {
+	defer unix.Unlink(tmp)
+	if err := s.writeTemp(fd, tmp, data, part); err != nil {
+		unix.Close(fd)
 		return false, err
 	}
-	now := s.now()
-	if err := os.Chtimes(tmp.Name(), now, now); err != nil {
-		return false, err
+	if err := unix.Close(fd); err != nil {
+		return false, &fs.PathError{Op: "close", Path: tmp, Err: err}
+	}
+	if stamp {
+		now := s.now()
+		if err := os.Chtimes(tmp, now, now); err != nil {
+			return false, err
+		}
 	}
 	if replace {
-		err = os.Rename(tmp.Name(), path)
+		err = os.Rename(tmp, path)
 	} else {
-		err = os.Link(tmp.Name(), path)
+		err = os.Link(tmp, path)
 	}
 	if err != nil {
 		if !replace && errors.Is(err, fs.ErrExist) {
@@ -674,10 +669,47 @@ func (s *Store) writeFile(path string, data [][]byte, part int, replace bool) (c
 	return true, nil
 }
 
-func createTemp(dir string) (*os.File, error) {
+// writeTemp writes data to the temporary file fd, and syncs it if the
+// store syncs.
+func (s *Store) writeTemp(fd int, tmp string, data [][]byte, part int) error {
+	for i, d := range data {
+		for len(d) > 0 {
+			n, err := unix.Write(fd, d)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return &fs.PathError{Op: "write", Path: tmp, Err: err}
+			}
+			d = d[n:]
+		}
+		if part >= 0 && testHookFragment != nil && i < len(data)-1 {
+			testHookFragment(part, i)
+		}
+	}
+	if s.sync {
+		if err := unix.Fsync(fd); err != nil {
+			return &fs.PathError{Op: "sync", Path: tmp, Err: err}
+		}
+	}
+	return nil
+}
+
+// createTemp creates a temporary file in dir.
+func createTemp(dir string) (string, int, error) {
 	var b [8]byte
 	rand.Read(b[:])
-	return os.OpenFile(filepath.Join(dir, ".tmp-"+hex.EncodeToString(b[:])), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	path := filepath.Join(dir, ".tmp-"+hex.EncodeToString(b[:]))
+	for {
+		fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o666)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return "", -1, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		return path, fd, nil
+	}
 }
 
 func syncDir(dir string) error {
@@ -717,18 +749,34 @@ func (e *notRegularError) Error() string {
 
 // open opens a regular file without blocking (a FIFO in its place does not
 // hang the open) and without following a symbolic link, and refuses
-// anything but a regular file. When the process is out of file descriptors
-// it closes the cached part files and tries once more.
+// anything but a regular file.
 func (s *Store) open(path string, flag int) (*os.File, error) {
-	f, err := openRegular(path, flag)
-	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-		s.dropFiles()
-		f, err = openRegular(path, flag)
+	fd, _, err := s.openFd(path, flag)
+	if err != nil {
+		return nil, err
 	}
-	return f, err
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "fcntl", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
-func openRegular(path string, flag int) (*os.File, error) {
+// openFd is open for a file that is read with system calls and closed with
+// unix.Close: it returns the descriptor, left non-blocking (which does not
+// change reads of a regular file), and the file's status. When the process
+// is out of file descriptors it closes the cached part files and tries once
+// more.
+func (s *Store) openFd(path string, flag int) (int, *unix.Stat_t, error) {
+	fd, st, err := openRegular(path, flag)
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		s.dropFiles()
+		fd, st, err = openRegular(path, flag)
+	}
+	return fd, st, err
+}
+
+func openRegular(path string, flag int) (int, *unix.Stat_t, error) {
 	var fd int
 	var err error
 	for {
@@ -740,16 +788,16 @@ func openRegular(path string, flag int) (*os.File, error) {
 	switch {
 	case err == unix.ELOOP:
 		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			return nil, &notRegularError{path, fi.Mode()}
+			return -1, nil, &notRegularError{path, fi.Mode()}
 		}
 		fallthrough
 	case err != nil:
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return -1, nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	st := new(unix.Stat_t)
+	if err := unix.Fstat(fd, st); err != nil {
 		unix.Close(fd)
-		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+		return -1, nil, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
@@ -766,39 +814,43 @@ func openRegular(path string, flag int) (*os.File, error) {
 		default:
 			mode = fs.ModeIrregular
 		}
-		return nil, &notRegularError{path, mode}
+		return -1, nil, &notRegularError{path, mode}
 	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "fcntl", Path: path, Err: err}
-	}
-	return os.NewFile(uintptr(fd), path), nil
+	return fd, st, nil
 }
 
 // readSmall reads a regular file of at most limit bytes, and returns it with
 // its modification time. It never reads more than limit+1 bytes. A bigger
 // file gives a *tooBigError, with the modification time.
 func (s *Store) readSmall(path string, limit int64) ([]byte, time.Time, error) {
-	f, err := s.open(path, os.O_RDONLY)
+	fd, st, err := s.openFd(path, unix.O_RDONLY)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, time.Time{}, err
+	defer unix.Close(fd)
+	mtime := time.Unix(st.Mtim.Unix())
+	if st.Size > limit {
+		return nil, mtime, &tooBigError{path, st.Size, limit}
 	}
-	if fi.Size() > limit {
-		return nil, fi.ModTime(), &tooBigError{path, fi.Size(), limit}
+	// The file may grow while it is read: read up to limit+1 bytes.
+	b := make([]byte, 0, st.Size+1)
+	for int64(len(b)) <= limit {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, int(min(int64(cap(b)), limit+1-int64(len(b)))))
+		}
+		m, err := unix.Read(fd, b[len(b):min(int64(cap(b)), limit+1)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, time.Time{}, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			return b, mtime, nil
+		}
+		b = b[:len(b)+m]
 	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fi.ModTime(), &tooBigError{path, -1, limit}
-	}
-	return b, fi.ModTime(), nil
+	return nil, mtime, &tooBigError{path, -1, limit}
 }
 
 // tooBigError is a file past the size its kind may have.
@@ -840,7 +892,7 @@ func (s *Store) lookup(key string) (*object, error) {
 	}
 	o := &object{dir: dir, gen: c.gen, manifest: c.manifest, sizes: make([]int, 0, min(c.parts, 64)), sums: make([]uint64, 0, min(c.parts, 64))}
 	for p := range c.parts {
-		size, sum, err := s.readTrailer(partPath(dir, c.gen, p))
+		size, sum, err := s.readTrailer(key, c.gen, partPath(dir, c.gen, p), p)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
@@ -862,26 +914,33 @@ func (s *Store) lookup(key string) (*object, error) {
 	return o, nil
 }
 
-// readTrailer returns the size of a part and its checksum.
-func (s *Store) readTrailer(path string) (int, uint64, error) {
-	f, err := s.open(path, os.O_RDONLY)
+// readTrailer returns the size of a part and its checksum. It leaves the
+// file open in the cache of open part files if there is room, for the reads
+// that follow a query.
+func (s *Store) readTrailer(key, gen, path string, part int) (int, uint64, error) {
+	fd, st, err := s.openFd(path, unix.O_RDONLY)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, 0, err
-	}
-	n := fi.Size() - checksumBytes
-	if n < 0 {
-		return 0, 0, &corruptError{path, fmt.Sprintf("%d bytes, too short to hold a checksum", fi.Size())}
-	}
+	n := st.Size - checksumBytes
 	var b [checksumBytes]byte
-	if _, err := f.ReadAt(b[:], n); err != nil {
-		return 0, 0, err
+	for n >= 0 {
+		m, err := unix.Pread(fd, b[:], n)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			unix.Close(fd)
+			return 0, 0, &fs.PathError{Op: "read", Path: path, Err: err}
+		case m < len(b):
+			unix.Close(fd)
+			return 0, 0, &corruptError{path, "cut short while it was read"}
+		}
+		s.offer(partID{key, gen, part}, fd, path)
+		return int(n), binary.LittleEndian.Uint64(b[:]), nil
 	}
-	return int(n), binary.LittleEndian.Uint64(b[:]), nil
+	unix.Close(fd)
+	return 0, 0, &corruptError{path, fmt.Sprintf("%d bytes, too short to hold a checksum", st.Size)}
 }
 
 // Query implements store.Store. An object whose files cannot be read is
@@ -919,7 +978,7 @@ func (s *Store) PutMeta(ctx context.Context, key string, val []byte) error {
 		return err
 	}
 	path := s.metaPath(key)
-	created, err := s.writeFile(path, [][]byte{val}, -1, false)
+	created, err := s.writeFile(path, [][]byte{val}, -1, false, false)
 	if err == nil && !created {
 		var old []byte
 		if old, _, err = s.readSmall(path, store.MaxMetaBytes); err == nil && !bytes.Equal(old, val) {
@@ -1014,14 +1073,19 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (n int, err er
 		}
 		off := int64(r.Off)
 		for _, d := range r.Dst {
-			m, err := f.f.ReadAt(d, off)
-			if m < len(d) {
-				if err == io.EOF {
-					err = io.ErrUnexpectedEOF
+			for len(d) > 0 {
+				m, err := unix.Pread(f.fd, d, off)
+				switch {
+				case err == unix.EINTR:
+					continue
+				case err != nil:
+					return i, rangeError(r, &fs.PathError{Op: "read", Path: f.path, Err: err})
+				case m == 0:
+					return i, rangeError(r, fmt.Errorf("%s: %w", f.path, io.ErrUnexpectedEOF))
 				}
-				return i, rangeError(r, err)
+				d = d[m:]
+				off += int64(m)
 			}
-			off += int64(m)
 		}
 	}
 	return len(rs), nil
@@ -1035,7 +1099,7 @@ func rangeError(r *store.Range, err error) error {
 
 // acquire returns an open file of a part of a complete object; release it.
 func (s *Store) acquire(o *object, key string, part int) (*openFile, error) {
-	id := partID{key, part}
+	id := partID{key, o.gen, part}
 	s.mu.Lock()
 	if f := s.files[id]; f != nil {
 		f.refs++
@@ -1043,33 +1107,52 @@ func (s *Store) acquire(o *object, key string, part int) (*openFile, error) {
 		return f, nil
 	}
 	s.mu.Unlock()
-	osf, err := s.open(partPath(o.dir, o.gen, part), os.O_RDONLY)
+	path := partPath(o.dir, o.gen, part)
+	fd, _, err := s.openFd(path, unix.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f := s.files[id]; f != nil {
-		osf.Close()
+		unix.Close(fd)
 		f.refs++
 		return f, nil
 	}
+	f := &openFile{fd: fd, path: path, refs: 1}
+	if !s.cache(id, f) {
+		f.closed = true // every cached file is in use: do not cache this one
+	}
+	return f, nil
+}
+
+// offer puts an open part file in the cache if there is room, and closes
+// it if not.
+func (s *Store) offer(id partID, fd int, path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.files[id] != nil || !s.cache(id, &openFile{fd: fd, path: path}) {
+		unix.Close(fd)
+	}
+}
+
+// cache adds f to the cache of open files, making room by closing files
+// that no read is using, and reports whether it did. The caller holds s.mu.
+func (s *Store) cache(id partID, f *openFile) bool {
 	for k, f := range s.files {
 		if len(s.files) < s.maxFiles {
 			break
 		}
 		if f.refs == 0 {
-			f.f.Close()
+			unix.Close(f.fd)
 			delete(s.files, k)
 		}
 	}
-	f := &openFile{f: osf, refs: 1}
 	if s.closed.Load() || len(s.files) >= s.maxFiles {
-		f.closed = true // every cached file is in use: do not cache this one
-	} else {
-		s.files[id] = f
+		return false
 	}
-	return f, nil
+	s.files[id] = f
+	return true
 }
 
 func (s *Store) release(f *openFile) {
@@ -1077,7 +1160,7 @@ func (s *Store) release(f *openFile) {
 	defer s.mu.Unlock()
 	f.refs--
 	if f.refs == 0 && f.closed {
-		f.f.Close()
+		unix.Close(f.fd)
 	}
 }
 
@@ -1087,7 +1170,7 @@ func (s *Store) dropFiles() {
 	defer s.mu.Unlock()
 	for k, f := range s.files {
 		if f.refs == 0 {
-			f.f.Close()
+			unix.Close(f.fd)
 			delete(s.files, k)
 		}
 	}
@@ -1101,7 +1184,7 @@ func (s *Store) Close() error {
 	for k, f := range s.files {
 		f.closed = true
 		if f.refs == 0 {
-			f.f.Close()
+			unix.Close(f.fd)
 		}
 		delete(s.files, k)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/kvreshard/kvreshard/runtime/store"
 	"github.com/kvreshard/kvreshard/runtime/store/storetest"
@@ -58,7 +59,7 @@ func (s *Store) forget(key string) {
 	delete(s.objs, key)
 	for id, f := range s.files {
 		if id.key == key && f.refs == 0 {
-			f.f.Close()
+			unix.Close(f.fd)
 			delete(s.files, id)
 		}
 	}
