@@ -61,8 +61,11 @@ type Stats struct {
 	Ops               int64 // range reads issued
 	ManifestsRejected int64 // manifests missing, corrupt or of another model
 	Fallbacks         int64 // plans built on the interpreter
-	PartsChecked      int64 // whole parts checked against their checksums
-	ChecksumErrors    int64 // parts whose bytes did not match their checksum
+	// PartsChecked counts the whole parts hashed and checked against their
+	// checksums (of the pages read, and of the page that failed a check);
+	// ChecksumErrors the parts that did not match.
+	PartsChecked   int64
+	ChecksumErrors int64
 }
 
 // Reader reads pages into one rank's pool.
