@@ -27,7 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/zeebo/xxh3"
 
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 )
@@ -103,13 +103,13 @@ type Object struct {
 }
 
 // PartChecksum returns the checksum of a part's bytes, bound to the
-// manifest key and part number it was written with: XXH64 of the manifest
-// key, a NUL byte, the part number as 8 little-endian bytes, then the
-// part's bytes (the fragments of data in order). A part served under
+// manifest key and part number it was written with: the 64-bit XXH3 of the
+// manifest key, a NUL byte, the part number as 8 little-endian bytes, then
+// the part's bytes (the fragments of data in order). A part served under
 // another manifest or part number, or with a byte changed, does not match.
 // It is never 0 (a 0 sum is returned as 1), so that 0 means "no checksum".
 func PartChecksum(manifest string, part int, data [][]byte) uint64 {
-	d := xxhash.New()
+	d := xxh3.New()
 	d.WriteString(manifest)
 	var b [9]byte
 	binary.LittleEndian.PutUint64(b[1:], uint64(part))
