@@ -37,7 +37,8 @@
 // files for positioned reads: at most a quarter of the process's open-file
 // limit, and when an open fails for want of descriptors the cached files are
 // closed and the open is tried again. Query reads claims and the checksums
-// at the ends of part files; it never reads part data.
+// at the ends of part files, leaving the part files it opens in that set
+// for the reads that follow; it never reads part data.
 //
 // Every file is opened without blocking and must be a regular file: a
 // directory, FIFO, device or symbolic link where a claim, part, lock or
@@ -48,9 +49,10 @@
 //
 // # Leases and takeover
 //
-// A writer holds a shared lock on the object's lock file while it checks the
-// claim and writes a part, and then sets the claim's modification time: the
-// claim's age is the time since the object was last written to. An
+// A writer holds a lock on the object's lock file (shared with the other
+// writers of the object) while it checks the claim and writes a part, and
+// then sets the claim's modification time: the claim's age is the time since
+// the object was last written to. An
 // incomplete object whose claim is older than the lease (Options.Lease,
 // store.DefaultLease by default) may be taken over by a writer of another
 // layout: it takes the lock exclusively, without waiting, so never while
