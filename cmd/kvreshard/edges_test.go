@@ -314,7 +314,7 @@ func TestReadSummary(t *testing.T) {
 	}
 	code, stdout, stderr := read("1")
 	require.Equal(t, 0, code, stderr)
-	require.Regexp(t, `^read 1 of 1 pages: 256 bytes in \d+ ops, \S+ \([\d.]+ GB/s\)\nverified every element of 1 page\n$`, stdout)
+	require.Regexp(t, `^read 1 of 1 page: 256 bytes in \d+ ops, \S+ \([\d.]+ GB/s\)\nverified every element of 1 page\n$`, stdout)
 
 	ms, err := parseModel(model)
 	require.NoError(t, err)
@@ -328,7 +328,7 @@ func TestReadSummary(t *testing.T) {
 	// A miss on the first page: nothing was verified.
 	code, stdout, stderr = runArgs("read", "--store", "file://"+dir, "--model", model, "--dst", "tp=1,rank=0/0,layout=page_first", "--pages", "1", "--verify", "--prefix", "other")
 	require.Equal(t, 0, code, stderr)
-	require.Regexp(t, `^read 0 of 1 pages: 0 bytes in 0 ops, \S+ \([\d.]+ GB/s\)\nstopped: page missing or incomplete: other_\S+\n$`, stdout)
+	require.Regexp(t, `^read 0 of 1 page: 0 bytes in 0 ops, \S+ \([\d.]+ GB/s\)\nstopped: page missing or incomplete: other_\S+\n$`, stdout)
 
 	// A corrupt manifest: the read fails, and says so only on stderr.
 	var metas []string
@@ -343,8 +343,8 @@ func TestReadSummary(t *testing.T) {
 	code, stdout, stderr = read("1")
 	require.Equal(t, 1, code)
 	require.NotContains(t, stdout, "verified")
-	require.Regexp(t, `^read 0 of 1 pages: 0 bytes in 0 ops, \S+ \([\d.]+ GB/s\)\nstopped: page `+keys[0]+`: manifest [^\n]+\n$`, stdout)
-	require.True(t, strings.HasPrefix(stderr, "kvreshard read: read 0 of 1 pages: page "+keys[0]+": manifest "), stderr)
+	require.Regexp(t, `^read 0 of 1 page: 0 bytes in 0 ops, \S+ \([\d.]+ GB/s\)\nstopped: page `+keys[0]+`: manifest [^\n]+\n$`, stdout)
+	require.True(t, strings.HasPrefix(stderr, "kvreshard read: read 0 of 1 page: page "+keys[0]+": manifest "), stderr)
 }
 
 // read --check-parts sets ReaderOptions.CheckParts: pages of a sound

@@ -253,7 +253,7 @@ func TestReadDetectsWrongByte(t *testing.T) {
 	code, stdout, stderr = runArgs("read", "--store", "file://"+dir, "--model", model, "--dst", "tp=1,rank=0/0,layout=page_first", "--pages", "1", "--verify", "--strategy", "direct")
 	require.Equal(t, 1, code)
 	require.Equal(t, "kvreshard read: "+detail+"\n", stderr)
-	require.Regexp(t, `^read 1 of 1 pages: 256 bytes in \d+ ops, \S+ \([\d.]+ GB/s\)\n$`, stdout)
+	require.Regexp(t, `^read 1 of 1 page: 256 bytes in \d+ ops, \S+ \([\d.]+ GB/s\)\n$`, stdout)
 }
 
 // read exits 0 on a miss, which a cache answers, and 1 when a page cannot

@@ -224,7 +224,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(stdout, "read %d of %d pages: %d bytes in %d ops, %s (%.2f GB/s)\n", out.Hit, out.Requested, out.Bytes, out.Ops,
+		fmt.Fprintf(stdout, "read %d of %s: %d bytes in %d ops, %s (%.2f GB/s)\n", out.Hit, plural(out.Requested, "page"), out.Bytes, out.Ops,
 			elapsed.Round(time.Microsecond), out.GBps)
 		if out.Stop != "" {
 			fmt.Fprintf(stdout, "stopped: %s\n", out.Stop)
@@ -240,7 +240,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 		return errFailed
 	}
 	if failed {
-		fmt.Fprintf(stderr, "kvreshard read: read %d of %d pages: %v\n", out.Hit, out.Requested, res.Stop)
+		fmt.Fprintf(stderr, "kvreshard read: read %d of %s: %v\n", out.Hit, plural(out.Requested, "page"), res.Stop)
 		return errFailed
 	}
 	return nil
