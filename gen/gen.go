@@ -20,7 +20,7 @@ import (
 
 	"github.com/dave/jennifer/jen"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 )
 
 // KernelPkg is the import path of the runtime that generated code plugs into.
@@ -35,7 +35,7 @@ func Header(kvlFile string) string {
 }
 
 // Generate returns the Go source of package pkg with the kernels of f.
-func Generate(f *compiler.File, pkg string) ([]byte, error) {
+func Generate(f *ir.File, pkg string) ([]byte, error) {
 	out := jen.NewFile(pkg)
 	out.HeaderComment(Header(f.Name))
 	out.ImportName(KernelPkg, "kernel")
@@ -64,8 +64,8 @@ func Generate(f *compiler.File, pkg string) ([]byte, error) {
 			jen.Id("Digest"): jen.Lit(p.Digest()),
 			jen.Id("Origin"): jen.Lit(filepath.Base(f.Name) + ": " + p.Src.Name + " -> " + p.Dst.Name),
 		})))
-		// The copy kernel follows the destination (see compiler.LowerIn).
-		cp, err := compiler.LowerIn(p.Src, p.Dst, compiler.Dst)
+		// The copy kernel follows the destination (see ir.LowerIn).
+		cp, err := ir.LowerIn(p.Src, p.Dst, ir.Dst)
 		if err != nil {
 			return nil, err
 		}
@@ -96,10 +96,10 @@ func FuncSuffix(src, dst string) string {
 }
 
 // symVar is the local variable that holds a symbol's value.
-var symVar = [compiler.NumSyms]string{"I", "T", "D", "NC", "Ls", "Ld", "Hs", "Hd", "Ss", "Sd", "nL", "nH"}
+var symVar = [ir.NumSyms]string{"I", "T", "D", "NC", "Ls", "Ld", "Hs", "Hd", "Ss", "Sd", "nL", "nH"}
 
 // symInit is how a kernel computes each symbol from its problem.
-var symInit = [compiler.NumSyms]*jen.Statement{
+var symInit = [ir.NumSyms]*jen.Statement{
 	jen.Id("p").Dot("ItemSize"),
 	jen.Id("p").Dot("PageSize"),
 	jen.Id("p").Dot("Dims").Index(jen.Lit(0)),
@@ -114,7 +114,7 @@ var symInit = [compiler.NumSyms]*jen.Statement{
 	jen.Id("p").Dot("Heads"),
 }
 
-func expr(e compiler.Expr) *jen.Statement {
+func expr(e ir.Expr) *jen.Statement {
 	var terms []*jen.Statement
 	if e.Const != 1 || len(e.Factors) == 0 {
 		terms = append(terms, jen.Lit(e.Const))
@@ -135,18 +135,18 @@ func expr(e compiler.Expr) *jen.Statement {
 
 // kernel is the state of generating one kernel function.
 type kernel struct {
-	p     *compiler.Pair
-	live  []compiler.Loop
+	p     *ir.Pair
+	live  []ir.Loop
 	copy  bool
 	perC  bool // the outermost loop walks components and sets D
-	used  [compiler.NumSyms]bool
+	used  [ir.NumSyms]bool
 	flags cond // the run-time conditions the kernel computes in its prologue
 	move  bool // a strided copy moves its rows with kernel.Mover's func
 	// applied names the rule that emitted each live loop, and the leaf.
 	applied []string
 }
 
-func (k *kernel) use(e compiler.Expr) *jen.Statement {
+func (k *kernel) use(e ir.Expr) *jen.Statement {
 	for _, f := range e.Factors {
 		k.used[f.Sym] = true
 	}
@@ -157,16 +157,16 @@ func sideName(s int) string { return [2]string{"s", "d"}[s] }
 
 // kernelFunc generates the range or the copy kernel of a pair from its loop
 // nest: the range kernel appends runs, the copy kernel copies them (its
-// nest follows the destination; see compiler.LowerIn).
-func kernelFunc(p *compiler.Pair, name string, isCopy bool) jen.Code {
+// nest follows the destination; see ir.LowerIn).
+func kernelFunc(p *ir.Pair, name string, isCopy bool) jen.Code {
 	return newKernel(p, isCopy).emit(name)
 }
 
-func newKernel(p *compiler.Pair, isCopy bool) *kernel {
+func newKernel(p *ir.Pair, isCopy bool) *kernel {
 	k := &kernel{p: p, live: p.LiveLoops(), copy: isCopy}
-	k.perC = len(k.live) > 0 && k.live[0].Mode.Axis == compiler.C && (k.live[0].CBlock[0] || k.live[0].CBlock[1])
-	k.used[compiler.SymCommonLayers] = true
-	k.used[compiler.SymCommonHeads] = true
+	k.perC = len(k.live) > 0 && k.live[0].Mode.Axis == ir.C && (k.live[0].CBlock[0] || k.live[0].CBlock[1])
+	k.used[ir.SymCommonLayers] = true
+	k.used[ir.SymCommonHeads] = true
 	return k
 }
 
@@ -188,8 +188,8 @@ func (k *kernel) emit(name string) jen.Code {
 	// Prologue: the symbols the body uses, in a fixed order.
 	var pro []jen.Code
 	pro = append(pro, jen.If(jen.Len(jen.Id("p").Dot("Layers")).Op("==").Lit(0).Op("||").Id("p").Dot("Heads").Op("==").Lit(0)).Block(k.ret()...))
-	for s := compiler.Sym(0); s < compiler.NumSyms; s++ {
-		if !k.used[s] || (s == compiler.SymDim && k.perC) {
+	for s := ir.Sym(0); s < ir.NumSyms; s++ {
+		if !k.used[s] || (s == ir.SymDim && k.perC) {
 			continue
 		}
 		pro = append(pro, jen.Id(symVar[s]).Op(":=").Add(symInit[s]))
@@ -291,17 +291,17 @@ func (c cond) expr() *jen.Statement {
 // they read, and returns c.
 func (k *kernel) need(c cond) cond {
 	if c&fullLayers != 0 {
-		k.used[compiler.SymSrcLayers], k.used[compiler.SymDstLayers] = true, true
+		k.used[ir.SymSrcLayers], k.used[ir.SymDstLayers] = true, true
 	}
 	if c&fullHeads != 0 {
-		k.used[compiler.SymSrcHeads], k.used[compiler.SymDstHeads] = true, true
+		k.used[ir.SymSrcHeads], k.used[ir.SymDstHeads] = true, true
 	}
 	k.flags |= c
 	return c
 }
 
 // conds returns the conditions of a run-time fold and marks them needed.
-func (k *kernel) conds(f compiler.Fold) cond {
+func (k *kernel) conds(f ir.Fold) cond {
 	var c cond
 	if f.FullLayers {
 		c |= fullLayers
@@ -343,7 +343,7 @@ func (k *kernel) setup() []jen.Code {
 			}
 			st = append(st, jen.Id(fmt.Sprintf("%ss%d", sideName(s), i)).Op(":=").Add(k.use(lp.Stride[s])))
 		}
-		if lp.Fold.Kind == compiler.Runtime {
+		if lp.Fold.Kind == ir.Runtime {
 			st = append(st, jen.Id(fmt.Sprintf("n%d", i)).Op(":=").Add(k.use(lp.Extent)))
 		}
 	}
@@ -351,7 +351,7 @@ func (k *kernel) setup() []jen.Code {
 	// Run-time folds: nested ifs from the innermost loop outwards, since
 	// a loop folds only when every loop inside it has.
 	var folds []int
-	for i := len(k.live) - 1; i >= 0 && k.live[i].Fold.Kind == compiler.Runtime; i-- {
+	for i := len(k.live) - 1; i >= 0 && k.live[i].Fold.Kind == ir.Runtime; i-- {
 		folds = append(folds, i)
 	}
 	var nest jen.Code
@@ -381,7 +381,7 @@ func (k *kernel) setup() []jen.Code {
 	// at the first common head.
 	off := [2]*jen.Statement{jen.Lit(0), jen.Lit(0)}
 	for _, lp := range p.Loops[len(k.live):] {
-		if lp.Mode.Axis != compiler.H {
+		if lp.Mode.Axis != ir.H {
 			continue
 		}
 		off[0] = jen.Id("p").Dot("SrcHead").Op("*").Add(k.use(lp.Stride[0]))
@@ -397,7 +397,7 @@ func (k *kernel) setup() []jen.Code {
 		var prod *jen.Statement
 		for i := first; i < len(k.live); i++ {
 			count := k.use(k.live[i].Extent)
-			if k.live[i].Fold.Kind == compiler.Runtime {
+			if k.live[i].Fold.Kind == ir.Runtime {
 				count = jen.Id(fmt.Sprintf("n%d", i))
 			}
 			if prod == nil {
@@ -415,7 +415,7 @@ func (k *kernel) setup() []jen.Code {
 		st = append(st, jen.Id("sf").Op(",").Id("df").Op(":=").Add(off[0]).Op(",").Add(off[1]))
 	} else {
 		st = append(st, jen.Id("s0").Op(",").Id("d0").Op(":=").Add(off[0]).Op(",").Add(off[1]))
-		k.used[compiler.SymDim] = true // D is the same for every component here
+		k.used[ir.SymDim] = true // D is the same for every component here
 	}
 	return st
 }
@@ -486,7 +486,7 @@ func init() {
 			func(k *kernel, i int, _, s, d, sr, dr *jen.Statement) []jen.Code { return k.leaf(s, d, sr, dr) }},
 		// A loop over C inside other loops: every component has the same D;
 		// a side with a block per component steps by block or region.
-		{"components", func(k *kernel, i int) bool { return k.live[i].Mode.Axis == compiler.C },
+		{"components", func(k *kernel, i int) bool { return k.live[i].Mode.Axis == ir.C },
 			(*kernel).forLoop},
 		// A loop whose index a side places through a Mixed has no stride on
 		// that side: it is walked one iteration at a time, and so is the loop
@@ -497,7 +497,7 @@ func init() {
 		// The two innermost loops of a copy kernel: one row mover call for all
 		// their rows when the outer steps over the inner's rows on both sides.
 		{"copy-rows", func(k *kernel, i int) bool {
-			return k.copy && i == len(k.live)-2 && k.live[i+1].Mode.Axis != compiler.C
+			return k.copy && i == len(k.live)-2 && k.live[i+1].Mode.Axis != ir.C
 		}, (*kernel).collapse},
 		// The innermost loop: its runs have one stride on each side, written
 		// (range) or moved (copy) in one call; a layer loop only when the
@@ -506,7 +506,7 @@ func init() {
 		// The loop around an innermost loop not over C: strided over the inner
 		// loop's first iteration when the inner loop has one iteration.
 		{"strided-outer", func(k *kernel, i int) bool {
-			return i == len(k.live)-2 && k.live[i+1].Mode.Axis != compiler.C
+			return i == len(k.live)-2 && k.live[i+1].Mode.Axis != ir.C
 		}, (*kernel).strided},
 		// Any other loop: a for loop over its iterations.
 		{"loop", func(k *kernel, i int) bool { return true }, (*kernel).forLoop}}
@@ -528,8 +528,8 @@ func Rules() []string {
 
 // RulesFor returns the rule that emits each live loop of p, and the leaf,
 // in the range kernel or, with isCopy, the copy kernel (whose nest follows
-// the destination: pass compiler.LowerIn(src, dst, compiler.Dst)).
-func RulesFor(p *compiler.Pair, isCopy bool) []string {
+// the destination: pass ir.LowerIn(src, dst, ir.Dst)).
+func RulesFor(p *ir.Pair, isCopy bool) []string {
 	k := newKernel(p, isCopy)
 	k.emit("x")
 	return k.applied
@@ -541,7 +541,7 @@ func (k *kernel) loop(i int, s, d, sr, dr *jen.Statement) []jen.Code {
 	var count *jen.Statement
 	if i < len(k.live) {
 		count = k.use(k.live[i].Extent)
-		if k.live[i].Fold.Kind == compiler.Runtime {
+		if k.live[i].Fold.Kind == ir.Runtime {
 			count = jen.Id(fmt.Sprintf("n%d", i))
 		}
 	}
@@ -574,14 +574,14 @@ func (k *kernel) apply(i int, name string) {
 func (k *kernel) collapse(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 	in := k.live[i+1]
 	inCount := k.use(in.Extent)
-	if in.Fold.Kind == compiler.Runtime {
+	if in.Fold.Kind == ir.Runtime {
 		inCount = jen.Id(fmt.Sprintf("n%d", i+1))
 	}
 	ss, ds := jen.Id(fmt.Sprintf("ss%d", i)), jen.Id(fmt.Sprintf("ds%d", i))
 	iss, ids := jen.Id(fmt.Sprintf("ss%d", i+1)), jen.Id(fmt.Sprintf("ds%d", i+1))
 	when := ss.Clone().Op("==").Add(inCount.Clone()).Op("*").Add(iss.Clone()).Op("&&").
 		Add(ds.Clone()).Op("==").Add(inCount.Clone()).Op("*").Add(ids.Clone())
-	if k.live[i].Mode.Axis == compiler.L || in.Mode.Axis == compiler.L {
+	if k.live[i].Mode.Axis == ir.L || in.Mode.Axis == ir.L {
 		k.need(consecutive)
 		when = jen.Id("consecutive").Op("&&").Add(when)
 	}
@@ -606,14 +606,14 @@ func (k *kernel) strided(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 	switch {
 	case i == len(k.live)-1:
 		strided = func() []jen.Code { return k.stridedLoop(i, count, s, d, sr, dr) }
-	case i == len(k.live)-2 && k.live[i+1].Mode.Axis != compiler.C:
+	case i == len(k.live)-2 && k.live[i+1].Mode.Axis != ir.C:
 		in := k.live[i+1]
 		inCount := k.use(in.Extent)
-		if in.Fold.Kind == compiler.Runtime {
+		if in.Fold.Kind == ir.Runtime {
 			inCount = jen.Id(fmt.Sprintf("n%d", i+1))
 		}
 		when = inCount.Op("==").Lit(1)
-		if in.Mode.Axis == compiler.L {
+		if in.Mode.Axis == ir.L {
 			when = jen.Id("consecutive").Op("&&").Add(when)
 			k.need(consecutive)
 		}
@@ -624,7 +624,7 @@ func (k *kernel) strided(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 	default:
 		panic("gen: strided applied to a loop neither innermost nor around it")
 	}
-	if lp.Mode.Axis == compiler.L {
+	if lp.Mode.Axis == ir.L {
 		k.need(consecutive)
 		if when == nil {
 			when = jen.Id("consecutive")
@@ -643,9 +643,9 @@ func (k *kernel) strided(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 func (k *kernel) firstOffset(i int, s, d *jen.Statement) (*jen.Statement, *jen.Statement) {
 	ss, ds := jen.Id(fmt.Sprintf("ss%d", i)), jen.Id(fmt.Sprintf("ds%d", i))
 	switch k.live[i].Mode.Axis {
-	case compiler.H:
+	case ir.H:
 		return s.Clone().Op("+").Id("p").Dot("SrcHead").Op("*").Add(ss), d.Clone().Op("+").Id("p").Dot("DstHead").Op("*").Add(ds)
-	case compiler.L:
+	case ir.L:
 		return s.Clone().Op("+").Int().Call(jen.Id("p").Dot("Layers").Index(jen.Lit(0)).Dot("Src")).Op("*").Add(ss),
 			d.Clone().Op("+").Int().Call(jen.Id("p").Dot("Layers").Index(jen.Lit(0)).Dot("Dst")).Op("*").Add(ds)
 	}
@@ -660,11 +660,11 @@ func (k *kernel) forLoop(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 	var idx [2]*jen.Statement
 	var pre []jen.Code
 	switch lp.Mode.Axis {
-	case compiler.L:
+	case ir.L:
 		pre = append(pre, jen.Id("lp").Op(":=").Id("p").Dot("Layers").Index(jen.Id(iv)))
 		idx[0] = jen.Int().Call(jen.Id("lp").Dot("Src"))
 		idx[1] = jen.Int().Call(jen.Id("lp").Dot("Dst"))
-	case compiler.H:
+	case ir.H:
 		idx[0] = jen.Parens(jen.Id("p").Dot("SrcHead").Op("+").Id(iv))
 		idx[1] = jen.Parens(jen.Id("p").Dot("DstHead").Op("+").Id(iv))
 	default:
@@ -672,7 +672,7 @@ func (k *kernel) forLoop(i int, count, s, d, sr, dr *jen.Statement) []jen.Code {
 	}
 	var regs [2]*jen.Statement
 	regs[0], regs[1] = sr, dr
-	if lp.Mode.Axis == compiler.C && (lp.CBlock[0] || lp.CBlock[1]) {
+	if lp.Mode.Axis == ir.C && (lp.CBlock[0] || lp.CBlock[1]) {
 		// C is inside other loops here: every component has the same D.
 		for s2 := 0; s2 < 2; s2++ {
 			if !lp.CBlock[s2] {

@@ -59,7 +59,7 @@ pool len { order C L T S H D }
 // TestGeneratedCompiles runs kvlc on random layouts and on adversarial
 // names in a module outside this one, builds and vets the output with the
 // go command, and runs every generated kernel of the random layouts against
-// the element-by-element model (kerneltest.CheckGenerated): the same bytes
+// the element-by-element model (kernelcheck.CheckGenerated): the same bytes
 // as the interpreter, the same runs, as few as the model allows.
 func TestGeneratedCompiles(t *testing.T) {
 	if testing.Short() {
@@ -83,7 +83,7 @@ import (
 	"testing"
 
 	"github.com/kvreshard/kvreshard/compiler"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
+	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
 
 	_ "example.com/framework/random"
 )
@@ -97,7 +97,7 @@ func TestKernels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kerneltest.CheckGenerated(t, f, 8)
+	kernelcheck.CheckGenerated(t, f, 8)
 }
 `)
 	goRun(mod, "vet", "./...")

@@ -11,7 +11,7 @@ import (
 	_ "github.com/kvreshard/kvreshard/examples/customlayout"
 	"github.com/kvreshard/kvreshard/gen"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
+	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
 )
 
 func compileCustom(t *testing.T) *compiler.File {
@@ -54,7 +54,7 @@ func TestLayouts(t *testing.T) {
 }
 
 func TestGeneratedKernels(t *testing.T) {
-	kerneltest.CheckGenerated(t, compileCustom(t), 40)
+	kernelcheck.CheckGenerated(t, compileCustom(t), 40)
 }
 
 // TestBuiltinPairsAreNotGenerated documents that a pair joining a custom

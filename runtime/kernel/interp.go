@@ -1,14 +1,14 @@
 package kernel
 
 import (
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 )
 
 // Interpreter runs a lowered pair straight from the IR. It is the oracle of
 // the generated kernels and the fallback for layouts a binary did not
 // compile. It produces exactly the runs of the generated range kernel.
 type Interpreter struct {
-	IR *compiler.Pair
+	IR *ir.Pair
 }
 
 // Kernels returns interpreter-backed kernels for the pair.
@@ -24,9 +24,9 @@ func (in Interpreter) Kernels() *Kernels {
 
 // walker is the state of one interpreted problem.
 type walker struct {
-	ir    *compiler.Pair
+	ir    *ir.Pair
 	p     *Problem
-	loops []compiler.Loop
+	loops []ir.Loop
 	// per component: loop counts, strides per loop and side, run bytes,
 	// component offset and region per side
 	comps []compTables
@@ -44,21 +44,21 @@ type compTables struct {
 	region  [2]int32
 }
 
-func newWalker(ir *compiler.Pair, p *Problem, emit func(Run)) *walker {
-	w := &walker{ir: ir, p: p, loops: ir.LiveLoops(), emit: emit}
+func newWalker(pr *ir.Pair, p *Problem, emit func(Run)) *walker {
+	w := &walker{ir: pr, p: p, loops: pr.LiveLoops(), emit: emit}
 	w.idx = make([]int, len(w.loops))
-	var env compiler.Env
-	env[compiler.SymItem] = p.ItemSize
-	env[compiler.SymPage] = p.PageSize
-	env[compiler.SymComps] = len(p.Dims)
-	env[compiler.SymSrcLayers] = p.Src.Layers
-	env[compiler.SymDstLayers] = p.Dst.Layers
-	env[compiler.SymSrcHeads] = p.Src.Heads
-	env[compiler.SymDstHeads] = p.Dst.Heads
-	env[compiler.SymSrcSlots] = p.Src.Slots
-	env[compiler.SymDstSlots] = p.Dst.Slots
-	env[compiler.SymCommonLayers] = len(p.Layers)
-	env[compiler.SymCommonHeads] = p.Heads
+	var env ir.Env
+	env[ir.SymItem] = p.ItemSize
+	env[ir.SymPage] = p.PageSize
+	env[ir.SymComps] = len(p.Dims)
+	env[ir.SymSrcLayers] = p.Src.Layers
+	env[ir.SymDstLayers] = p.Dst.Layers
+	env[ir.SymSrcHeads] = p.Src.Heads
+	env[ir.SymDstHeads] = p.Dst.Heads
+	env[ir.SymSrcSlots] = p.Src.Slots
+	env[ir.SymDstSlots] = p.Dst.Slots
+	env[ir.SymCommonLayers] = len(p.Layers)
+	env[ir.SymCommonHeads] = p.Heads
 	fullLayers := len(p.Layers) == p.Src.Layers && len(p.Layers) == p.Dst.Layers
 	fullHeads := p.Heads == p.Src.Heads && p.Heads == p.Dst.Heads
 	consecutive := ConsecutiveLayers(p.Layers)
@@ -66,9 +66,9 @@ func newWalker(ir *compiler.Pair, p *Problem, emit func(Run)) *walker {
 	var packedBase [2]int
 	w.comps = make([]compTables, len(p.Dims))
 	for c, dim := range p.Dims {
-		env[compiler.SymDim] = dim
+		env[ir.SymDim] = dim
 		t := &w.comps[c]
-		t.run = ir.Run.Eval(&env)
+		t.run = pr.Run.Eval(&env)
 		t.counts = make([]int, len(w.loops))
 		t.strides = make([][2]int, len(w.loops))
 		t.mixed = make([][2][2]int, len(w.loops))
@@ -85,8 +85,8 @@ func newWalker(ir *compiler.Pair, p *Problem, emit func(Run)) *walker {
 		}
 		// A statically folded loop starts at index 0, except H, which starts
 		// at the first common head.
-		for _, lp := range ir.Loops[len(w.loops):] {
-			if lp.Mode.Axis == compiler.H {
+		for _, lp := range pr.Loops[len(w.loops):] {
+			if lp.Mode.Axis == ir.H {
 				t.fold[0] += p.SrcHead * lp.Stride[0].Eval(&env)
 				t.fold[1] += p.DstHead * lp.Stride[1].Eval(&env)
 			}
@@ -94,7 +94,7 @@ func newWalker(ir *compiler.Pair, p *Problem, emit func(Run)) *walker {
 		folding := true
 		for i := len(w.loops) - 1; i >= 0 && folding; i-- {
 			f := w.loops[i].Fold
-			folding = f.Kind == compiler.Runtime &&
+			folding = f.Kind == ir.Runtime &&
 				(!f.FullLayers || fullLayers) && (!f.FullHeads || fullHeads) && (!f.Consecutive || consecutive)
 			if folding {
 				t.run *= t.counts[i]
@@ -111,7 +111,7 @@ func newWalker(ir *compiler.Pair, p *Problem, emit func(Run)) *walker {
 			}
 			if sides[s].Packed {
 				t.off[s] = packedBase[s]
-				packedBase[s] += ir.CompSize[s].Eval(&env)
+				packedBase[s] += pr.CompSize[s].Eval(&env)
 			} else {
 				t.region[s] = int32(c)
 			}
@@ -148,7 +148,7 @@ func (w *walker) walk(level, c, so, do int, sr, dr int32) {
 			continue
 		}
 		switch lp.Mode.Axis {
-		case compiler.C:
+		case ir.C:
 			ct := &w.comps[i]
 			s, d, r0, r1 := so+i*st[0], do+i*st[1], sr, dr
 			if lp.CBlock[0] {
@@ -158,10 +158,10 @@ func (w *walker) walk(level, c, so, do int, sr, dr int32) {
 				d, r1 = do+ct.off[1], ct.region[1]
 			}
 			w.walk(level+1, i, s, d, r0, r1)
-		case compiler.L:
+		case ir.L:
 			lpair := w.p.Layers[i]
 			w.walk(level+1, c, so+int(lpair.Src)*st[0], do+int(lpair.Dst)*st[1], sr, dr)
-		case compiler.H:
+		case ir.H:
 			w.walk(level+1, c, so+(w.p.SrcHead+i)*st[0], do+(w.p.DstHead+i)*st[1], sr, dr)
 		default:
 			w.walk(level+1, c, so+i*st[0], do+i*st[1], sr, dr)

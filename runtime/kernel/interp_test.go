@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 )
 
@@ -48,7 +49,7 @@ func TestInterpreterMatchesNaive(t *testing.T) {
 	for _, p := range allPairs(t) {
 		t.Run(p.Src.Name+"->"+p.Dst.Name, func(t *testing.T) {
 			for range 16 {
-				kerneltest.CheckCase(t, r, p, nil, kerneltest.RandomCase(r, p.Src, p.Dst))
+				kernelcheck.CheckCase(t, r, p, nil, kerneltest.RandomCase(r, p.Src, p.Dst))
 			}
 		})
 	}

@@ -8,13 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 )
 
 // TestAnyOrder lowers pairs of random layouts, in any order of the axes
 // (C anywhere, S anywhere in a pool), with T and D split by the same
 // factor on both sides, and requires of the interpreter what
-// kerneltest.CheckCase does.
+// kernelcheck.CheckCase does.
 func TestAnyOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	pairs := 80
@@ -97,7 +98,7 @@ func checkRandomPair(t *testing.T, r *rand.Rand, i int, srcFactors, dstFactors m
 		for range 2 {
 			c := kerneltest.RandomCase(r, src, dst)
 			t.Run(fmt.Sprintf("pair%d/%s", i, iter), func(t *testing.T) {
-				kerneltest.CheckCase(t, r, p, nil, c)
+				kernelcheck.CheckCase(t, r, p, nil, c)
 			})
 		}
 	}

@@ -29,7 +29,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/kvreshard/kvreshard/dsl"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 )
 
 // MaxLayoutText bounds the bytes of a layout's name and of its order text.
@@ -185,7 +185,7 @@ func (m *Manifest) validateLayout(strictOrder bool) error {
 	if len(m.Layout.Order) > MaxLayoutText {
 		return fmt.Errorf("manifest layout %q order is %d bytes; the limit is %d", m.Layout.Name, len(m.Layout.Order), MaxLayoutText)
 	}
-	l, err := dsl.ParseOrder("part", m.Layout.Name, m.Layout.Order)
+	l, err := ir.ParseOrder("part", m.Layout.Name, m.Layout.Order)
 	if err != nil {
 		return fmt.Errorf("manifest %w", err)
 	}

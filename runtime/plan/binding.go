@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 )
 
@@ -24,7 +24,7 @@ import (
 // supplied with each transfer. With C outermost, each component is its own
 // region (SGLang keeps separate K and V buffers); otherwise there is one.
 type Binding struct {
-	Layout    *compiler.Layout
+	Layout    *ir.Layout
 	Layers    []int // global layer ids, ascending
 	HeadStart int
 	Heads     int
@@ -78,7 +78,7 @@ func NewGeometry(d *manifest.Descriptor, b Binding) (*Geometry, error) {
 	if b.Heads <= 0 || b.HeadStart < 0 || b.HeadStart+b.Heads > d.KVHeads {
 		return nil, fmt.Errorf("binding heads [%d,%d) are not inside the model's %d KV heads", b.HeadStart, b.HeadStart+b.Heads, d.KVHeads)
 	}
-	if l.Kind == compiler.Part {
+	if l.Kind == ir.Part {
 		b.Slots = 1
 	} else if b.Slots <= 0 {
 		return nil, fmt.Errorf("pool %s has %d slots; it needs at least one", l.Name, b.Slots)
@@ -101,7 +101,7 @@ func NewGeometry(d *manifest.Descriptor, b Binding) (*Geometry, error) {
 		inner := true
 		for i := len(l.Modes) - 1; i >= 0; i-- {
 			m := l.Modes[i]
-			if m.Axis == compiler.C && i == 0 {
+			if m.Axis == ir.C && i == 0 {
 				continue
 			}
 			n := extent(d, b, m, comps[0])
@@ -110,7 +110,7 @@ func NewGeometry(d *manifest.Descriptor, b Binding) (*Geometry, error) {
 			}
 			size *= n
 			switch {
-			case m.Axis == compiler.S:
+			case m.Axis == ir.S:
 				inner = false
 			case inner:
 				slot *= n
@@ -129,7 +129,7 @@ func NewGeometry(d *manifest.Descriptor, b Binding) (*Geometry, error) {
 		g.PageBytes += page * it
 		g.RegionNames = append(g.RegionNames, regionName(l, r, nc))
 	}
-	if l.Kind == compiler.Part {
+	if l.Kind == ir.Part {
 		for r := range g.Regions {
 			g.SlotStride[r] = 0
 			g.Blocks[r] = 1
@@ -166,7 +166,7 @@ func (g *Geometry) CheckRegions(regions [][]byte) error {
 
 // regionName names region r: k and v for separate K and V buffers, latent
 // for an MLA latent, kv for one region that holds every component.
-func regionName(l *compiler.Layout, r, comps int) string {
+func regionName(l *ir.Layout, r, comps int) string {
 	switch {
 	case !l.COuter():
 		return "kv"
@@ -178,33 +178,33 @@ func regionName(l *compiler.Layout, r, comps int) string {
 	return "v"
 }
 
-func extent(d *manifest.Descriptor, b Binding, m compiler.Mode, c int) int {
+func extent(d *manifest.Descriptor, b Binding, m ir.Mode, c int) int {
 	var n int
 	switch m.Axis {
-	case compiler.C:
+	case ir.C:
 		return len(d.HeadDims)
-	case compiler.S:
+	case ir.S:
 		return b.Slots
-	case compiler.L:
+	case ir.L:
 		return len(b.Layers)
-	case compiler.H:
+	case ir.H:
 		return b.Heads
-	case compiler.T:
+	case ir.T:
 		n = d.PageSize
-	case compiler.D:
+	case ir.D:
 		n = d.HeadDims[c]
 	}
 	switch m.Split {
-	case compiler.Outer:
+	case ir.Outer:
 		return n / m.Factor
-	case compiler.Inner:
+	case ir.Inner:
 		return m.Factor
 	}
 	return n
 }
 
 // checkLayout returns why pages of d cannot be laid out in l, or nil.
-func checkLayout(d *manifest.Descriptor, l *compiler.Layout) error {
+func checkLayout(d *manifest.Descriptor, l *ir.Layout) error {
 	if !l.COuter() {
 		for _, dim := range d.HeadDims[1:] {
 			if dim != d.HeadDims[0] {
@@ -212,14 +212,14 @@ func checkLayout(d *manifest.Descriptor, l *compiler.Layout) error {
 			}
 		}
 	}
-	if f := l.SplitOf(compiler.D); f > 0 {
+	if f := l.SplitOf(ir.D); f > 0 {
 		for _, dim := range d.HeadDims {
 			if dim%f != 0 {
 				return fmt.Errorf("layout %s splits D by %d, which does not divide head dim %d", l.Name, f, dim)
 			}
 		}
 	}
-	if f := l.SplitOf(compiler.T); f > 0 && d.PageSize%f != 0 {
+	if f := l.SplitOf(ir.T); f > 0 && d.PageSize%f != 0 {
 		return fmt.Errorf("layout %s splits T by %d, which does not divide page size %d", l.Name, f, d.PageSize)
 	}
 	return nil

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 )
@@ -52,7 +52,7 @@ func NewWritePlan(m *manifest.Manifest, i int, b Binding, requireCompiled bool) 
 		if requireCompiled {
 			return nil, fmt.Errorf("%w: %s -> %s", ErrNoKernel, b.Layout.Identity(), dst.Identity())
 		}
-		ir, err := compiler.Lower(b.Layout, dst)
+		ir, err := ir.Lower(b.Layout, dst)
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,9 @@
-package kerneltest
+// Package kernelcheck holds the checks the tests of kernels share: generated
+// and interpreted kernels against the element-by-element model of package
+// kerneltest, byte for byte and run for run. It imports testing and
+// testify; kerneltest, which the runtime's content generator and benchmarks
+// use, does not.
+package kernelcheck
 
 import (
 	"math/rand/v2"
@@ -6,13 +11,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
+	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 )
 
 // CheckGenerated runs the generated kernels of every pair of f on random
 // cases, and on one LargeCase, and requires of each what CheckCase does.
-func CheckGenerated(t *testing.T, f *compiler.File, cases int) {
+func CheckGenerated(t *testing.T, f *ir.File, cases int) {
 	r := rand.New(rand.NewPCG(7, 11))
 	for _, p := range f.Pairs {
 		t.Run(p.Src.Name+"->"+p.Dst.Name, func(t *testing.T) {
@@ -20,12 +26,12 @@ func CheckGenerated(t *testing.T, f *compiler.File, cases int) {
 			require.NotNil(t, k, "no generated kernels registered for %s", p.Key())
 			require.Equal(t, p.Digest(), k.Digest, "registered kernels of %s come from another lowering", p.Key())
 			for i := range cases + 1 {
-				var c *Case
+				var c *kerneltest.Case
 				if i == cases {
-					c = LargeCase(p.Src, p.Dst)
+					c = kerneltest.LargeCase(p.Src, p.Dst)
 					require.GreaterOrEqual(t, c.Problem().Bytes(), kernel.StreamBytes)
 				} else {
-					c = RandomCase(r, p.Src, p.Dst)
+					c = kerneltest.RandomCase(r, p.Src, p.Dst)
 				}
 				CheckCase(t, r, p, k, c)
 			}
@@ -39,7 +45,7 @@ func CheckGenerated(t *testing.T, f *compiler.File, cases int) {
 // byte written once, and that the interpreter and k emit the same runs, as
 // few as the model's MinRuns. Layouts whose outermost axis is not C get
 // the same head dim for every component.
-func CheckCase(t *testing.T, r *rand.Rand, p *compiler.Pair, k *kernel.Kernels, c *Case) {
+func CheckCase(t *testing.T, r *rand.Rand, p *ir.Pair, k *kernel.Kernels, c *kerneltest.Case) {
 	t.Helper()
 	if !p.Src.COuter() || !p.Dst.COuter() {
 		for i := range c.Dims {

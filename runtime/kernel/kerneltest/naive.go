@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 )
 
 // Buffer is one side of a transfer as the naive model sees it.
 type Buffer struct {
-	Layout    *compiler.Layout
+	Layout    *ir.Layout
 	Layers    []int // global layer ids, ascending
 	HeadStart int
 	Heads     int
@@ -30,26 +30,26 @@ type Geometry struct {
 	Dims     []int
 }
 
-func (g *Geometry) extent(b *Buffer, m compiler.Mode, c int) int {
+func (g *Geometry) extent(b *Buffer, m ir.Mode, c int) int {
 	var n int
 	switch m.Axis {
-	case compiler.C:
+	case ir.C:
 		return len(g.Dims)
-	case compiler.S:
+	case ir.S:
 		return b.Slots
-	case compiler.L:
+	case ir.L:
 		return len(b.Layers)
-	case compiler.H:
+	case ir.H:
 		return b.Heads
-	case compiler.T:
+	case ir.T:
 		n = g.PageSize
-	case compiler.D:
+	case ir.D:
 		n = g.Dims[c]
 	}
 	switch m.Split {
-	case compiler.Outer:
+	case ir.Outer:
 		return n / m.Factor
-	case compiler.Inner:
+	case ir.Inner:
 		return m.Factor
 	}
 	return n
@@ -65,23 +65,23 @@ func (g *Geometry) Offset(b *Buffer, c, li, hi, t, d int) (region int, off int) 
 	for _, m := range modes {
 		var idx int
 		switch m.Axis {
-		case compiler.C:
+		case ir.C:
 			idx = c
-		case compiler.S:
+		case ir.S:
 			idx = b.Slot
-		case compiler.L:
+		case ir.L:
 			idx = li
-		case compiler.H:
+		case ir.H:
 			idx = hi
-		case compiler.T:
+		case ir.T:
 			idx = t
-		case compiler.D:
+		case ir.D:
 			idx = d
 		}
 		switch m.Split {
-		case compiler.Outer:
+		case ir.Outer:
 			idx /= m.Factor
-		case compiler.Inner:
+		case ir.Inner:
 			idx %= m.Factor
 		}
 		off = off*g.extent(b, m, c) + idx
@@ -103,7 +103,7 @@ func (g *Geometry) Offset(b *Buffer, c, li, hi, t, d int) (region int, off int) 
 func (g *Geometry) CompBytes(b *Buffer, c int) int {
 	n := g.ItemSize
 	for _, m := range b.Layout.Modes {
-		if m.Axis == compiler.C && b.Layout.COuter() {
+		if m.Axis == ir.C && b.Layout.COuter() {
 			continue
 		}
 		n *= g.extent(b, m, c)

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 )
 
@@ -30,7 +30,7 @@ func (c *Case) String() string {
 // offset, odd head dims, item sizes 1, 2 and 4, and K and V head dims that
 // differ where both layouts have C outermost. Parts are packed (store
 // parts) unless they are the destination of a read, which may be either.
-func RandomCase(r *rand.Rand, src, dst *compiler.Layout) *Case {
+func RandomCase(r *rand.Rand, src, dst *ir.Layout) *Case {
 	c := &Case{}
 	c.ItemSize = []int{1, 2, 4}[r.IntN(3)]
 	c.PageSize = 1 + r.IntN(128)
@@ -38,8 +38,8 @@ func RandomCase(r *rand.Rand, src, dst *compiler.Layout) *Case {
 		c.PageSize = 1 + r.IntN(16)
 	}
 	// Both layouts' splits divide the page and the head dims.
-	split := lcm(src.SplitOf(compiler.D), dst.SplitOf(compiler.D))
-	tsplit := lcm(src.SplitOf(compiler.T), dst.SplitOf(compiler.T))
+	split := lcm(src.SplitOf(ir.D), dst.SplitOf(ir.D))
+	tsplit := lcm(src.SplitOf(ir.T), dst.SplitOf(ir.T))
 	c.PageSize = (c.PageSize + tsplit - 1) / tsplit * tsplit
 	nc := 2
 	if r.IntN(8) == 0 {
@@ -57,8 +57,8 @@ func RandomCase(r *rand.Rand, src, dst *compiler.Layout) *Case {
 	heads := 1 + r.IntN(8)
 	c.Src = randomBuffer(r, src, layers, heads)
 	c.Dst = randomBuffer(r, dst, layers, heads)
-	c.Src.Packed = src.Kind == compiler.Part
-	c.Dst.Packed = dst.Kind == compiler.Part && (src.Kind == compiler.Pool || r.IntN(2) == 0)
+	c.Src.Packed = src.Kind == ir.Part
+	c.Dst.Packed = dst.Kind == ir.Part && (src.Kind == ir.Pool || r.IntN(2) == 0)
 	// Make sure there is something in common most of the time.
 	if r.IntN(8) != 0 {
 		common := c.Src.Layers[r.IntN(len(c.Src.Layers))]
@@ -77,9 +77,9 @@ func RandomCase(r *rand.Rand, src, dst *compiler.Layout) *Case {
 // the axes in any order (C anywhere, S anywhere in a pool), with T and D
 // each split, half of the time, by its factor in factors (none when 0),
 // the X%f half somewhere after the X/f half.
-func RandomOrder(r *rand.Rand, kind compiler.Kind, factors map[string]int) string {
+func RandomOrder(r *rand.Rand, kind ir.Kind, factors map[string]int) string {
 	axes := []string{"C", "T", "L", "H", "D"}
-	if kind == compiler.Pool {
+	if kind == ir.Pool {
 		axes = append(axes, "S")
 	}
 	r.Shuffle(len(axes), func(i, j int) { axes[i], axes[j] = axes[j], axes[i] })
@@ -113,27 +113,27 @@ func (c *Case) MinRuns() int { return c.Geometry.MinRuns(&c.Dst, &c.Src) }
 // LargeCase is a transfer of kernel.StreamBytes or more, so that copy kernels
 // move their rows with kernel.Stream2D: bf16, head dims 128, 64 tokens, 8
 // layers, heads 2 to 5 of 8 on the part side; pools have 2 slots.
-func LargeCase(src, dst *compiler.Layout) *Case {
+func LargeCase(src, dst *ir.Layout) *Case {
 	// Splits that do not divide 64 tokens or 128 elements round them up.
-	tf := lcm(src.SplitOf(compiler.T), dst.SplitOf(compiler.T))
-	df := lcm(src.SplitOf(compiler.D), dst.SplitOf(compiler.D))
+	tf := lcm(src.SplitOf(ir.T), dst.SplitOf(ir.T))
+	df := lcm(src.SplitOf(ir.D), dst.SplitOf(ir.D))
 	page, dim := (64+tf-1)/tf*tf, (128+df-1)/df*df
 	c := &Case{Geometry: Geometry{ItemSize: 2, PageSize: page, Dims: []int{dim, dim}}}
-	buf := func(l *compiler.Layout, headStart, heads int) Buffer {
-		b := Buffer{Layout: l, Layers: []int{0, 1, 2, 3, 4, 5, 6, 7}, HeadStart: headStart, Heads: heads, Slots: 1, Packed: l.Kind == compiler.Part}
-		if l.Kind == compiler.Pool {
+	buf := func(l *ir.Layout, headStart, heads int) Buffer {
+		b := Buffer{Layout: l, Layers: []int{0, 1, 2, 3, 4, 5, 6, 7}, HeadStart: headStart, Heads: heads, Slots: 1, Packed: l.Kind == ir.Part}
+		if l.Kind == ir.Pool {
 			b.Slots, b.Slot = 2, 1
 		}
 		return b
 	}
 	c.Src, c.Dst = buf(src, 2, 4), buf(dst, 0, 8)
-	if src.Kind == compiler.Pool {
+	if src.Kind == ir.Pool {
 		c.Src, c.Dst = buf(src, 0, 8), buf(dst, 2, 4)
 	}
 	return c
 }
 
-func randomBuffer(r *rand.Rand, l *compiler.Layout, layers, heads int) Buffer {
+func randomBuffer(r *rand.Rand, l *ir.Layout, layers, heads int) Buffer {
 	b := Buffer{Layout: l, Slots: 1}
 	switch r.IntN(3) {
 	case 0: // all layers
@@ -158,7 +158,7 @@ func randomBuffer(r *rand.Rand, l *compiler.Layout, layers, heads int) Buffer {
 	}
 	b.HeadStart = r.IntN(heads)
 	b.Heads = 1 + r.IntN(heads-b.HeadStart)
-	if l.Kind == compiler.Pool {
+	if l.Kind == ir.Pool {
 		b.Slots = 1 + r.IntN(3)
 		b.Slot = r.IntN(b.Slots)
 	}
@@ -192,7 +192,7 @@ func (c *Case) Blank() [][]byte {
 func (c *Case) SlotOffsets(b *Buffer) []int {
 	n := len(c.Regions(b))
 	out := make([]int, n)
-	if b.Layout.Kind != compiler.Pool || b.Slot == 0 {
+	if b.Layout.Kind != ir.Pool || b.Slot == 0 {
 		return out
 	}
 	at0 := *b

@@ -1,0 +1,64 @@
+package compiler_test
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/compiler/ir"
+	"github.com/kvreshard/kvreshard/dsl"
+)
+
+// TestOrderParsersAgree: the IR's own order parser, which the runtime
+// uses, accepts exactly the orders the .kvl parser accepts, reads the same
+// modes, and fails with the same message, on random orders made of the
+// language's tokens and of characters it has none for.
+func TestOrderParsersAgree(t *testing.T) {
+	pieces := []string{"C", "S", "T", "L", "H", "D", "X", "Tx", "/", "%", "2", "4", "8", "0", "1", "007",
+		"2097152", "99999999999999999999", " ", " ", " ", "\n", "\t", "{", "}", "order", "part", "partX",
+		`"s"`, `"b\q"`, `"open`, "// note\n", "@", "\xff", "é", "\v"}
+	kinds := []string{"part", "part", "pool", "slab"}
+	names := []string{"x", "x", "page_first", "order", "a b", ""}
+	r := rand.New(rand.NewPCG(29, 31))
+	accepted := 0
+	for i := range 20000 {
+		var b strings.Builder
+		if i%2 == 0 {
+			// Mostly valid orders with a few changes, so that the checks
+			// past the syntax run too.
+			axes := []string{"C", "T", "L", "H", "D"}
+			if r.IntN(2) == 0 {
+				axes = append(axes, "S")
+			}
+			r.Shuffle(len(axes), func(i, j int) { axes[i], axes[j] = axes[j], axes[i] })
+			for _, a := range axes {
+				if (a == "T" || a == "D") && r.IntN(3) == 0 {
+					f := []string{"2", "4", "1", "0"}[r.IntN(4)]
+					a = a + "/" + f + " " + a + "%" + []string{"2", "4"}[r.IntN(2)]
+				}
+				b.WriteString(a + " ")
+				if r.IntN(12) == 0 {
+					b.WriteString(pieces[r.IntN(len(pieces))])
+				}
+			}
+		} else {
+			for range r.IntN(12) {
+				b.WriteString(pieces[r.IntN(len(pieces))])
+			}
+		}
+		kind, name, order := kinds[r.IntN(len(kinds))], names[r.IntN(len(names))], b.String()
+		want, werr := dsl.ParseOrder(kind, name, order)
+		got, gerr := ir.ParseOrder(kind, name, order)
+		if werr != nil {
+			require.Error(t, gerr, "%s %s %q", kind, name, order)
+			require.Equal(t, werr.Error(), gerr.Error(), "%s %s %q", kind, name, order)
+			continue
+		}
+		require.NoError(t, gerr, "%s %s %q", kind, name, order)
+		require.Equal(t, want.OrderString(), got.OrderString())
+		accepted++
+	}
+	require.Greater(t, accepted, 500)
+}
