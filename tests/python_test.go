@@ -23,6 +23,7 @@ const python = "/usr/bin/python3"
 // directory. Without pytest or numpy it skips, unless
 // KVRESHARD_REQUIRE_PYTHON=1 (CI), where it fails.
 func TestPython(t *testing.T) {
+	t.Parallel()
 	if out, err := exec.Command(python, "-c", "import pytest, numpy").CombinedOutput(); err != nil {
 		msg := "the Python tests need " + python + " with pytest and numpy (apt-get install python3-pytest python3-numpy): " +
 			strings.TrimSpace(err.Error()+"\n"+string(out))
