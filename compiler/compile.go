@@ -90,7 +90,12 @@ func CompileAll(srcs ...Source) (*File, error) {
 			if err != nil {
 				return nil, err
 			}
+			cp, err := LowerIn(src, dst, Dst)
+			if err != nil {
+				return nil, err
+			}
 			f.Pairs = append(f.Pairs, p)
+			f.Copies = append(f.Copies, cp)
 		}
 	}
 	return f, nil

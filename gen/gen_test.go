@@ -89,3 +89,12 @@ func TestBadPackageName(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, strings.HasPrefix(err.Error(), "gen: small.kvl: "), err.Error())
 }
+
+// TestCopiesFromTheCompiler: gen lowers nothing itself; a file whose copy
+// nests are missing is an error, not a lowering of its own.
+func TestCopiesFromTheCompiler(t *testing.T) {
+	f := compileFile(t, "small.kvl")
+	f.Copies = nil
+	_, err := gen.Generate(f, "small")
+	require.EqualError(t, err, "gen: small.kvl: 8 pairs but 0 copy nests; compile the file with package compiler")
+}

@@ -176,7 +176,10 @@ func (l *Layout) SplitOf(a Axis) int {
 type File struct {
 	Name    string // the .kvl file name
 	Layouts []*Layout
-	Pairs   []*Pair
+	Pairs   []*Pair // lowered following the part: range kernels
+	// Copies holds each pair of Pairs lowered following the destination,
+	// at the same index: copy kernels (see LowerIn).
+	Copies []*Pair
 }
 
 // String prints the layouts and the lowered pairs; golden tests compare it.
