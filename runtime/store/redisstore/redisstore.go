@@ -377,6 +377,12 @@ func unreadableState(reason string) error {
 	case "done":
 		n, v, _ := strings.Cut(rest, "\n")
 		msg = fmt.Sprintf("count of written parts %.40q is not a number from 0 to %.20s", v, n)
+	case "fields":
+		f := strings.SplitN(rest, "\n", 3)
+		if len(f) != 3 {
+			return fmt.Errorf("unreadable state: %.40q", reason)
+		}
+		msg = fmt.Sprintf("the meta hash holds %.20s fields, not the %.20s of %.20s written parts", f[0], f[1], f[2])
 	case "mark":
 		msg = fmt.Sprintf("part %.20s is counted as written but has no checksum", rest)
 	case "sum":

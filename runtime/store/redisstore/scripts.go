@@ -59,6 +59,11 @@ local function inspect(meta, prefix, all)
   if not n or n < 1 or n > MAXPARTS then return bad('parts', m[2]) end
   local done = m[3] and #m[3] <= 10 and string.find(m[3], '^%d+$') and tonumber(m[3])
   if not done or done > n then return bad('done', n, m[3]) end
+  -- manifest, parts, done, t and a mark per written part, nothing else
+  local want = done + 3
+  if m[4] then want = want + 1 end
+  local have = redis.call('HLEN', meta)
+  if have ~= want then return bad('fields', have, want, done) end
   s.manifest, s.parts, s.done = m[1], n, done
   if done < n then return s end
   s.sizes, s.sums, s.lost = {}, {}, {}

@@ -55,7 +55,13 @@ var corruptions = []corruption{
 	{"manifest empty", hset("manifest", ""), "no manifest key"},
 	{"manifest missing", hdel("manifest"), "no manifest key"},
 	{"manifest too long", hset("manifest", strings.Repeat("m", 5000)), "a manifest key of 5000 bytes, longer than 4096"},
-	{"mark missing", hdel("w:1"), "part 1 is counted as written but has no checksum"},
+	{"mark missing", func(t *testing.T, do raw, meta, _ string) {
+		do(t, meta, "HDEL", meta, "w:1")
+		do(t, meta, "HSET", meta, "x", "in place of w:1")
+	}, "part 1 is counted as written but has no checksum"},
+	{"a field too many", hset("junk", "1"), "the meta hash holds 7 fields, not the 6 of 2 written parts"},
+	{"done under the marks", hset("done", "1"), "the meta hash holds 6 fields, not the 5 of 1 written parts"},
+	{"a mark too few", hdel("w:1"), "the meta hash holds 5 fields, not the 6 of 2 written parts"},
 	{"mark of the old format", hset("w:0", "1"), `checksum "1" of part 0 is not 16 hex digits`},
 	{"mark not hex", hset("w:0", "zzzzzzzzzzzzzzzz"), `checksum "zzzzzzzzzzzzzzzz" of part 0 is not 16 hex digits`},
 	{"part a set", func(t *testing.T, do raw, _, prefix string) {
