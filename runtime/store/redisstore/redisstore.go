@@ -416,7 +416,7 @@ func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error
 				return nil, s.fail(ctx, "query "+batch[i], err)
 			case o == nil:
 			case o.Err != nil:
-				objs[start+i].Err = fmt.Errorf("redis store %s: page %s: %w", s.name, batch[i], o.Err)
+				objs[start+i].Err = fmt.Errorf("redis store %s: query %s: %w", s.name, batch[i], o.Err)
 			default:
 				objs[start+i] = *o
 			}

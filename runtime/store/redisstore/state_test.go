@@ -109,7 +109,7 @@ func testUnreadableState(t *testing.T, url, name string, do raw) {
 			objs, err := s.Query(ctx, append(keys, "unreadable_missing"))
 			require.NoError(t, err)
 			require.Equal(t, []store.Object{want, want, {Err: objs[2].Err}, want, {}}, objs)
-			require.EqualError(t, objs[2].Err, fmt.Sprintf("redis store %s: page %s: unreadable state: %s", name, bad, c.why))
+			require.EqualError(t, objs[2].Err, fmt.Sprintf("redis store %s: query %s: unreadable state: %s", name, bad, c.why))
 
 			// The pages before it are read; the read stops at it.
 			var rs []store.Range
