@@ -164,24 +164,26 @@ func (g *Geometry) Copy(dst, src *Buffer, dstBufs, srcBufs [][]byte) (moved int,
 // each other on both sides merge, so this is exact, whatever order a kernel
 // walks in.
 func (g *Geometry) MinRuns(dst, src *Buffer) int {
-	type elem struct{ sr, so, dr, do int }
-	var es []elem
+	// Where each element of the source went: the destination region and
+	// offset, plus one; 0 for an element not moved.
+	type place struct{ region, off int }
+	at := make([][]place, 0)
+	for _, n := range g.Regions(src) {
+		at = append(at, make([]place, n/g.ItemSize))
+	}
+	n := 0
 	g.each(dst, src, func(c, si, di, h, t, d int) {
 		sr, so := g.Offset(src, c, si, h-src.HeadStart, t, d)
 		dr, do := g.Offset(dst, c, di, h-dst.HeadStart, t, d)
-		es = append(es, elem{sr, so, dr, do})
+		at[sr][so/g.ItemSize] = place{dr, do + 1}
+		n++
 	})
-	slices.SortFunc(es, func(a, b elem) int {
-		if a.sr != b.sr {
-			return a.sr - b.sr
-		}
-		return a.so - b.so
-	})
-	n := len(es)
-	for i := 1; i < len(es); i++ {
-		a, b := es[i-1], es[i]
-		if a.sr == b.sr && a.so+g.ItemSize == b.so && a.dr == b.dr && a.do+g.ItemSize == b.do {
-			n--
+	for _, region := range at {
+		for i := 1; i < len(region); i++ {
+			a, b := region[i-1], region[i]
+			if a.off > 0 && b.off > 0 && a.region == b.region && a.off+g.ItemSize == b.off {
+				n--
+			}
 		}
 	}
 	return n
