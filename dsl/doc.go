@@ -58,6 +58,8 @@
 // (X/n blocks) and X%n the inner half (n elements), so that element x of X
 // sits at block x/n, offset x%n. The split of vLLM's x-blocked key cache is
 // written "D/8 ... D%8". Only T and D may be split, each at most once.
+// Different layouts may split an axis by different factors: the compiler
+// joins any two of them (see package compiler/ir).
 //
 // # Rules
 //
