@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -502,3 +503,46 @@ def test_redis_killed_under_a_running_instance(tmp_path, caplog):
         if srv.poll() is None:
             srv.kill()
             srv.wait()
+
+
+def test_prefetch_and_backup_threads_at_once(tmp_path):
+    """SGLang's prefetch and backup threads call one backend at once: reads
+    of pages written before and writes of new pages, into distinct slots."""
+    url = "file://" + str(tmp_path)
+    sp = spec()
+    w = instance(url, 1, 1, [LAYERS], "page_first", slots=8)
+    old = ["0ld%d" % i for i in range(2)]
+    assert write(w, old, [0, 1], sp) == [[True, True]]
+    b, pool, layers, heads = w[0]
+    errors = []
+    new = ["n%03d" % i for i in range(40)]
+
+    def backup():
+        try:
+            for i in range(0, 40, 2):
+                ks, slots = new[i:i + 2], [2 + i % 4, 3 + i % 4]
+                for k, s in zip(ks, slots):
+                    o.fill_slot(comps(pool), pool.layout, s, sp, o.page(sp, k), layers, heads)
+                assert b.batch_set_v1(ks, indices(slots)) == [True, True]
+        except BaseException as e:  # noqa: B902
+            errors.append(e)
+
+    def prefetch():
+        try:
+            for i in range(20):
+                assert b.batch_get_v1(old, indices([6, 7])) == [True, True]
+                for k, s in zip(old, [6, 7]):
+                    o.check_slot(comps(pool), pool.layout, s, sp, o.page(sp, k), layers, heads)
+        except BaseException as e:  # noqa: B902
+            errors.append(e)
+
+    ts = [threading.Thread(target=backup), threading.Thread(target=prefetch)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    assert b.batch_exists(new) == 40
+    c = b.stats()
+    assert (c["set_pages"], c["set_ok"], c["get_hits"], c["errors"]) == (42, 42, 40, 0)
+    close(w)
