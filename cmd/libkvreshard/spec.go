@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
@@ -97,7 +97,7 @@ const maxRegions = 8
 func poolLayouts() []string {
 	var out []string
 	for _, n := range layouts.Names() {
-		if l, err := layouts.Get(n); err == nil && l.Kind == compiler.Pool {
+		if l, err := layouts.Get(n); err == nil && l.Kind == ir.Pool {
 			out = append(out, n)
 		}
 	}
@@ -108,7 +108,7 @@ func poolLayouts() []string {
 func partLayouts() []string {
 	var out []string
 	for _, n := range layouts.Names() {
-		if l, err := layouts.Get(n); err == nil && l.Kind == compiler.Part {
+		if l, err := layouts.Get(n); err == nil && l.Kind == ir.Part {
 			out = append(out, n)
 		}
 	}
@@ -116,7 +116,7 @@ func partLayouts() []string {
 }
 
 // poolLayout returns the pool layout called name.
-func poolLayout(name string) (*compiler.Layout, error) {
+func poolLayout(name string) (*ir.Layout, error) {
 	names := strings.Join(poolLayouts(), ", ")
 	if name == "" {
 		return nil, invalidf("pool: layout is required (%s)", names)
@@ -125,7 +125,7 @@ func poolLayout(name string) (*compiler.Layout, error) {
 	if err != nil {
 		return nil, invalidf("pool: unknown layout %q; pool layouts are %s", name, names)
 	}
-	if l.Kind != compiler.Pool {
+	if l.Kind != ir.Pool {
 		return nil, invalidf("pool: layout %s is a part layout; a pool needs a pool layout (%s)", name, names)
 	}
 	return l, nil
@@ -139,7 +139,7 @@ var defaultPart = map[string]string{"page_first": "PLHD", "page_first_direct": "
 
 // partLayout returns the part layout called name, or pool's default when
 // name is "".
-func partLayout(name string, pool *compiler.Layout) (*compiler.Layout, error) {
+func partLayout(name string, pool *ir.Layout) (*ir.Layout, error) {
 	names := strings.Join(partLayouts(), ", ")
 	if name == "" {
 		name = defaultPart[pool.Name]
@@ -151,7 +151,7 @@ func partLayout(name string, pool *compiler.Layout) (*compiler.Layout, error) {
 	if err != nil {
 		return nil, invalidf("writer: unknown part layout %q; part layouts are %s", name, names)
 	}
-	if l.Kind != compiler.Part {
+	if l.Kind != ir.Part {
 		return nil, invalidf("writer: %s is a pool layout; pages are stored in part layouts (%s)", name, names)
 	}
 	return l, nil

@@ -9,14 +9,21 @@ import (
 )
 
 // TestServingLinksNoFrontEnd: what a serving process links (the example
-// of examples/serving) holds the IR, but not the .kvl front end (dsl,
-// compiler, participle), the generator (gen, jennifer), nor any test
-// package (testing, testify, kernelcheck).
+// of examples/serving, and the C library that Python and C++ serving
+// processes load) holds the IR, but not the .kvl front end (dsl, compiler,
+// participle), the generator (gen, jennifer), nor any test package
+// (testing, testify, kernelcheck).
 func TestServingLinksNoFrontEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the go command")
 	}
-	cmd := exec.Command("go", "list", "-deps", "./examples/serving")
+	for _, pkg := range []string{"./examples/serving", "./cmd/libkvreshard"} {
+		t.Run(pkg, func(t *testing.T) { linksNoFrontEnd(t, pkg) })
+	}
+}
+
+func linksNoFrontEnd(t *testing.T, pkg string) {
+	cmd := exec.Command("go", "list", "-deps", pkg)
 	cmd.Dir = "../.."
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -31,7 +38,7 @@ func TestServingLinksNoFrontEnd(t *testing.T) {
 	for _, d := range deps {
 		for _, b := range banned {
 			if d == b || strings.HasPrefix(d, strings.TrimSuffix(b, "/")+"/") && d != "github.com/kvreshard/kvreshard/compiler/ir" {
-				t.Errorf("examples/serving links %s", d)
+				t.Errorf("%s links %s", pkg, d)
 			}
 		}
 	}
