@@ -377,6 +377,8 @@ func unreadableState(reason string) error {
 	case "done":
 		n, v, _ := strings.Cut(rest, "\n")
 		msg = fmt.Sprintf("count of written parts %.40q is not a number from 0 to %.20s", v, n)
+	case "size":
+		msg = fmt.Sprintf("the meta hash holds %.20s fields, more than %d", rest, store.MaxParts+4)
 	case "fields":
 		f := strings.SplitN(rest, "\n", 3)
 		if len(f) != 3 {

@@ -31,61 +31,75 @@ const maxManifestKey = 4096
 //     and s.sums of the parts, and s.lost, the parts whose keys are gone
 //     (the first only, unless all is true).
 //
-// Every number is checked before it is used: a part count out of [1,
-// MAXPARTS] makes the state unreadable rather than drive a loop.
+// Every number is checked before it is used: a hash of more than
+// MAXPARTS+4 fields is not fetched, and a part count out of [1, MAXPARTS]
+// makes the state unreadable rather than drive a loop. The hash is read
+// with one HGETALL: on a page of 8 parts the whole check costs the server
+// 17-19 us, against 10-11 us for the check before checksums, which read
+// no marks and checked nothing (redis-benchmark, EVALSHA, 2 busy cores).
 const inspectLua = `
+-- bad records in s what is wrong and the values that show it (each cut to
+-- 64 bytes; a missing one ends the list), and returns s.
+local function bad(s, what, ...)
+  local e = {what}
+  for _, v in ipairs({...}) do
+    if not v then break end
+    e[#e + 1] = string.sub(v, 1, 64)
+  end
+  s.err = table.concat(e, '\n')
+  return s
+end
+
+-- count returns v as a number if it is the decimal form of one from 0 to
+-- max, else nil.
+local function count(v, max)
+  if v and #v <= 15 and string.find(v, '^%d+$') then
+    local n = tonumber(v)
+    if n <= max then return n end
+  end
+  return nil
+end
+
 local function inspect(meta, prefix, all)
-  local m = redis.pcall('HMGET', meta, 'manifest', 'parts', 'done', 't')
-  if m.err then
+  local have = redis.pcall('HLEN', meta)
+  if type(have) ~= 'number' then
     return {t = -1, err = 'type\n' .. redis.call('TYPE', meta).ok}
   end
-  if not (m[1] or m[2] or m[3]) then return nil end
+  if have == 0 then return nil end
   local s = {t = -1}
-  if m[4] and #m[4] <= 15 and string.find(m[4], '^%d+$') then s.t = tonumber(m[4]) end
-  -- bad records what is wrong and the values that show it (each cut to
-  -- 64 bytes; a missing one ends the list).
-  local function bad(what, ...)
-    local e = {what}
-    for _, v in ipairs({...}) do
-      if not v then break end
-      e[#e + 1] = string.sub(v, 1, 64)
-    end
-    s.err = table.concat(e, '\n')
-    return s
-  end
-  if not m[1] or m[1] == '' then return bad('manifest', m[1]) end
-  if #m[1] > MAXKEY then return bad('manifest-size', #m[1]) end
-  local n = m[2] and #m[2] <= 10 and string.find(m[2], '^%d+$') and tonumber(m[2])
-  if not n or n < 1 or n > MAXPARTS then return bad('parts', m[2]) end
-  local done = m[3] and #m[3] <= 10 and string.find(m[3], '^%d+$') and tonumber(m[3])
-  if not done or done > n then return bad('done', n, m[3]) end
   -- manifest, parts, done, t and a mark per written part, nothing else
+  if have > MAXPARTS + 4 then return bad(s, 'size', have) end
+  local a = redis.call('HGETALL', meta)
+  local h = {}
+  for i = 1, #a, 2 do h[a[i]] = a[i + 1] end
+  local manifest = h['manifest']
+  if not (manifest or h['parts'] or h['done']) then return nil end
+  s.t = count(h['t'], 1e15) or -1
+  if not manifest or manifest == '' then return bad(s, 'manifest') end
+  if #manifest > MAXKEY then return bad(s, 'manifest-size', #manifest) end
+  local n = count(h['parts'], MAXPARTS)
+  if not n or n < 1 then return bad(s, 'parts', h['parts']) end
+  local done = count(h['done'], n)
+  if not done then return bad(s, 'done', n, h['done']) end
   local want = done + 3
-  if m[4] then want = want + 1 end
-  local have = redis.call('HLEN', meta)
-  if have ~= want then return bad('fields', have, want, done) end
-  s.manifest, s.parts, s.done = m[1], n, done
+  if h['t'] then want = want + 1 end
+  if have ~= want then return bad(s, 'fields', have, want, done) end
+  s.manifest, s.parts, s.done = manifest, n, done
   if done < n then return s end
   s.sizes, s.sums, s.lost = {}, {}, {}
-  for first = 0, n - 1, 256 do
-    local last = math.min(first + 255, n - 1)
-    local f = {}
-    for i = first, last do f[#f + 1] = 'w:' .. i end
-    local w = redis.call('HMGET', meta, unpack(f))
-    for i = first, last do
-      local c = w[i - first + 1]
-      if not c then return bad('mark', i) end
-      if #c ~= 16 or not string.find(c, '^%x+$') then return bad('sum', i .. '\n' .. c) end
-      s.sums[i + 1] = c
-      local k = prefix .. i
-      local l = redis.pcall('STRLEN', k)
-      if type(l) ~= 'number' then return bad('part-type', i .. '\n' .. redis.call('TYPE', k).ok) end
-      if l == 0 and redis.call('EXISTS', k) == 0 then
-        s.lost[#s.lost + 1] = i
-        if not all then return s end
-      end
-      s.sizes[i + 1] = l
+  for i = 0, n - 1 do
+    local c = h['w:' .. i]
+    if not c then return bad(s, 'mark', i) end
+    if #c ~= 16 or not string.find(c, '^%x+$') then return bad(s, 'sum', i, c) end
+    s.sums[i + 1] = c
+    local k = prefix .. i
+    local l = redis.pcall('STRLEN', k)
+    if type(l) ~= 'number' then return bad(s, 'part-type', i, redis.call('TYPE', k).ok) end
+    if l == 0 and redis.call('EXISTS', k) == 0 then
+      s.lost[#s.lost + 1] = i
+      if not all then return s end
     end
+    s.sizes[i + 1] = l
   end
   return s
 end

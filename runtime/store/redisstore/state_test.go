@@ -60,6 +60,13 @@ var corruptions = []corruption{
 		do(t, meta, "HSET", meta, "x", "in place of w:1")
 	}, "part 1 is counted as written but has no checksum"},
 	{"a field too many", hset("junk", "1"), "the meta hash holds 7 fields, not the 6 of 2 written parts"},
+	{"fields past the limit", func(t *testing.T, do raw, meta, _ string) {
+		args := []string{"HSET", meta}
+		for i := range 65539 {
+			args = append(args, "junk"+strconv.Itoa(i), "1")
+		}
+		do(t, meta, args...)
+	}, "the meta hash holds 65545 fields, more than 65540"},
 	{"done under the marks", hset("done", "1"), "the meta hash holds 6 fields, not the 5 of 1 written parts"},
 	{"a mark too few", hdel("w:1"), "the meta hash holds 5 fields, not the 6 of 2 written parts"},
 	{"mark of the old format", hset("w:0", "1"), `checksum "1" of part 0 is not 16 hex digits`},
