@@ -241,3 +241,24 @@ func TestWriteAfterRestart(t *testing.T) {
 		srv.Restart()
 	}
 }
+
+// TestPutMetaAfterRestart: the first PutMeta after a restart (the
+// writer's first call: it stores the manifest before any part) meets a
+// closed connection too, is sent again, and succeeds; so does GetMeta.
+// Before PutMeta was sent again, it failed with EOF.
+func TestPutMetaAfterRestart(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := openSingle(t, srv)
+	ctx := context.Background()
+	for i := range 5 {
+		key := fmt.Sprintf("kv/d/manifests/m%d", i)
+		require.NoError(t, s.PutMeta(ctx, key, []byte("{}")), "put %d", i)
+		got, err := s.GetMeta(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, []byte("{}"), got)
+		srv.Kill()
+		srv.Restart()
+		_, err = s.GetMeta(ctx, key)
+		require.Equal(t, store.ErrNotFound, err, "get %d after the restart", i)
+	}
+}

@@ -433,7 +433,7 @@ func (s *Store) PutMeta(ctx context.Context, key string, val []byte) error {
 	if err := store.CheckMetaSize(key, int64(len(val))); err != nil {
 		return err
 	}
-	c := call{s: putMeta, keys: []string{metaKey(key)}, args: []string{string(val)}}
+	c := call{s: putMeta, retry: true, keys: []string{metaKey(key)}, args: []string{string(val)}}
 	v, err := pipeline(ctx, s.c, []call{c})[0].AsInt64()
 	switch {
 	case err != nil:

@@ -273,7 +273,8 @@ type call struct {
 	cmd  rueidis.Completed
 	// retry marks a call that is safe to send again after a connection
 	// failed, whether or not the server ran it: a script that only
-	// reads, or writeScript (see WriteParts). The client then sends it
+	// reads, writeScript (see WriteParts) or putMetaScript (storing the
+	// same bytes twice is storing them once). The client then sends it
 	// again, twice at most, 20 ms apart.
 	retry bool
 }
