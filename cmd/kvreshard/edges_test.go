@@ -71,7 +71,7 @@ func TestTopologyBounds(t *testing.T) {
 
 	// TP 1024 x PP 4096 would store 4M parts: refused before they are
 	// built (it took 9 s and 1.1 GB to refuse the manifest they made).
-	wantUsage(t, "--src: tp 1024 x pp 4096 stores 4194304 parts a page; a manifest holds at most 23301",
+	wantUsage(t, "--src: tp 1024 x pp 4096 stores 4194304 parts a page; a manifest holds at most 12483",
 		"write", "--store", url, "--model", "layers=4096,kv-heads=1024,head-dim=1,mla=1,dtype=fp8,page=1",
 		"--src", "tp=1024,pp=4096,layout=PLHD", "--pages", "1", "--rank", "0/0")
 
@@ -90,7 +90,7 @@ func TestTopologyBounds(t *testing.T) {
 func TestManifestTooLarge(t *testing.T) {
 	dir := t.TempDir()
 	const model = "layers=4096,kv-heads=64,head-dim=8,dtype=fp8,page=1"
-	const msg = "--src: manifest of 64 parts is 1262094 bytes encoded; readers accept at most 1048576"
+	const msg = "--src: manifest of 64 parts is 1264590 bytes encoded; readers accept at most 1048576"
 	wantUsage(t, msg, "write", "--store", "file://"+dir, "--model", model, "--src", "tp=64,layout=PLHD", "--pages", "1", "--rank", "0/0")
 	wantUsage(t, msg, "write", "--store", "file://"+dir, "--model", model, "--src", "tp=64,layout=PLHD", "--pages", "1")
 	entries, err := os.ReadDir(dir)

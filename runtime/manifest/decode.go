@@ -146,8 +146,11 @@ func (d *decoder) manifest(v *value, m *Manifest) error {
 				p := &m.Parts[i]
 				i++
 				return d.object(e,
+					field{"cp_rank", intField(&p.CPRank)},
+					field{"cp_size", intField(&p.CPSize)},
 					field{"head_count", intField(&p.HeadCount)},
 					field{"head_start", intField(&p.HeadStart)},
+					field{"interleave", intField(&p.Interleave)},
 					field{"layers", intsField(&p.Layers)},
 				)
 			})
@@ -179,7 +182,7 @@ func Decode(data []byte, key, domain string) (*Manifest, error) {
 	}
 	for i := 1; i < len(m.Parts); i++ {
 		if ComparePart(m.Parts[i-1], m.Parts[i]) > 0 {
-			return nil, fmt.Errorf("manifest part %d is out of order: parts are sorted by layers, then head_start", i)
+			return nil, fmt.Errorf("manifest part %d is out of order: parts are sorted by layers, then head_start, head_count, cp_size, interleave and cp_rank", i)
 		}
 	}
 	if err := m.validate(true); err != nil {

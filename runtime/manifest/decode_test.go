@@ -35,8 +35,8 @@ func TestDecodeErrors(t *testing.T) {
 	m := testManifest(t)
 	key := m.Key()
 	other := (&Model{Namespace: "other", Descriptor: testModel().Descriptor}).Domain()
-	part1 := `{"head_count":1,"head_start":1,"layers":[0,1]}`
-	part0 := `{"head_count":1,"head_start":0,"layers":[0,1]}`
+	part1 := `{"cp_rank":0,"cp_size":1,"head_count":1,"head_start":1,"interleave":1,"layers":[0,1]}`
+	part0 := `{"cp_rank":0,"cp_size":1,"head_count":1,"head_start":0,"interleave":1,"layers":[0,1]}`
 	at := func(s, sub string) int { return strings.Index(s, sub) }
 	dupKV := replace(t, g, `"kv_heads":2,`, `"kv_heads":2,"kv_heads":2,`)
 	dupTop := g[:len(g)-1] + `,"parts":[]}`
@@ -64,8 +64,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"too deep", strings.Repeat("[", 100), "", "manifest nests more than 16 levels deep at byte 16"},
 		{"duplicate key", dupKV, "", fmt.Sprintf(`manifest has duplicate key descriptor.kv_heads at byte %d`, at(dupKV, `"kv_heads":2,"kv_heads"`)+13)},
 		{"duplicate top key", dupTop, "", fmt.Sprintf(`manifest has duplicate key parts at byte %d`, len(g))},
-		{"duplicate key in part", replace(t, g, part1, `{"head_count":1,"head_start":1,"head_start":1,"layers":[0,1]}`), "",
-			fmt.Sprintf(`manifest has duplicate key parts[1].head_start at byte %d`, at(g, part1)+31)},
+		{"duplicate key in part", replace(t, g, part1, `{"cp_rank":0,"cp_size":1,"head_count":1,"head_start":1,"head_start":1,"interleave":1,"layers":[0,1]}`), "",
+			fmt.Sprintf(`manifest has duplicate key parts[1].head_start at byte %d`, at(g, part1)+55)},
 		{"not an object", `[]`, "", "manifest is an array; want an object"},
 		{"unknown field", `{"extra":1,` + g[1:], "", "manifest has unknown field extra"},
 		{"odd unknown field", `{"a\nb":1,` + g[1:], "", `manifest has unknown field "a\nb"`},
@@ -74,7 +74,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"long order", replace(t, g, `"order":"C T L H D"`, `"order":"`+strings.Repeat("C ", 200)+`"`), "", `manifest layout "PLHD" order is 400 bytes; the limit is 256`},
 		{"long name", replace(t, g, `"name":"PLHD"`, `"name":"`+strings.Repeat("N", 300)+`"`), "", `manifest layout name is 300 bytes; the limit is 256`},
 		{"long domain", replace(t, g, testDomain, testDomain+testDomain), "", fmt.Sprintf(`manifest model domain %q is not a lowercase hex sha-256 digest`, (testDomain + testDomain)[:80])},
-		{"rank label", replace(t, g, part1, `{"head_count":1,"head_start":1,"layers":[0,1],"rank":1}`), "", "manifest has unknown field parts[1].rank"},
+		{"rank label", replace(t, g, part1, `{"cp_rank":0,"cp_size":1,"head_count":1,"head_start":1,"interleave":1,"layers":[0,1],"rank":1}`), "", "manifest has unknown field parts[1].rank"},
 		{"missing field", replace(t, g, `,"page_size":2`, ``), "", "manifest is missing field descriptor.page_size"},
 		{"missing top field", replace(t, g, `"layout":{"name":"PLHD","order":"C T L H D"},`, ``), "", "manifest is missing field layout"},
 		{"string for int", replace(t, g, `"kv_heads":2`, `"kv_heads":"2"`), "", "manifest field descriptor.kv_heads is a string; want an integer"},
@@ -99,23 +99,23 @@ func TestDecodeErrors(t *testing.T) {
 		{"non-canonical order", replace(t, g, `"order":"C T L H D"`, `"order":"C T L H  D"`), "", `manifest layout "PLHD" order "C T L H  D" is not canonical; want "C T L H D"`},
 		{"dims and order", replace(t, replace(t, g, `"head_dims":[4,4]`, `"head_dims":[4,8]`), `"order":"C T L H D"`, `"order":"T C L H D"`), "",
 			`manifest layout "PLHD" has k and v head dims 4 and 8, so C must be its outermost axis`},
-		{"parts out of order", replace(t, g, part0+","+part1, part1+","+part0), "", "manifest part 1 is out of order: parts are sorted by layers, then head_start"},
+		{"parts out of order", replace(t, g, part0+","+part1, part1+","+part0), "", "manifest part 1 is out of order: parts are sorted by layers, then head_start, head_count, cp_size, interleave and cp_rank"},
 		{"no parts", replace(t, g, g[at(g, `"parts":`):], `"parts":[]}`), "", "manifest has no parts"},
-		{"layer not in descriptor", replace(t, g, `"head_start":1,"layers":[2,3]`, `"head_start":1,"layers":[2,4]`), "", "manifest part 3 layer 4 is not in the descriptor"},
-		{"heads out of range", replace(t, g, `{"head_count":1,"head_start":1,"layers":[2,3]}`, `{"head_count":2,"head_start":1,"layers":[2,3]}`), "",
+		{"layer not in descriptor", replace(t, g, `"head_start":1,"interleave":1,"layers":[2,3]`, `"head_start":1,"interleave":1,"layers":[2,4]`), "", "manifest part 3 layer 4 is not in the descriptor"},
+		{"heads out of range", replace(t, g, `{"cp_rank":0,"cp_size":1,"head_count":1,"head_start":1,"interleave":1,"layers":[2,3]}`, `{"cp_rank":0,"cp_size":1,"head_count":2,"head_start":1,"interleave":1,"layers":[2,3]}`), "",
 			"manifest part 3 head_start 1 + head_count 2 is more than kv_heads 2"},
-		{"negative head start", replace(t, g, `{"head_count":1,"head_start":0,"layers":[2,3]}`, `{"head_count":1,"head_start":-1,"layers":[2,3]}`), "",
+		{"negative head start", replace(t, g, `{"cp_rank":0,"cp_size":1,"head_count":1,"head_start":0,"interleave":1,"layers":[2,3]}`, `{"cp_rank":0,"cp_size":1,"head_count":1,"head_start":-1,"interleave":1,"layers":[2,3]}`), "",
 			"manifest part 2 head_start is -1; it must not be negative"},
 		{"covered twice", replace(t, g, part1, part0), "", "manifest covers layer 0 head 0 twice: parts 0 and 1"},
 		{"uncovered", replace(t, g, `"kv_heads":2`, `"kv_heads":3`), "", "manifest does not cover layer 0 head 2"},
 		{"space", "{ " + g[1:], "", "manifest encoding is not canonical: it differs from the canonical encoding at byte 1"},
 		{"newline", g + "\n", "", fmt.Sprintf("manifest encoding is not canonical: it differs from the canonical encoding at byte %d", len(g))},
-		{"key order", replace(t, g, part1, `{"head_start":1,"head_count":1,"layers":[0,1]}`), "",
-			fmt.Sprintf("manifest encoding is not canonical: it differs from the canonical encoding at byte %d", at(g, part1)+7)},
+		{"key order", replace(t, g, part1, `{"cp_size":1,"cp_rank":0,"head_count":1,"head_start":1,"interleave":1,"layers":[0,1]}`), "",
+			fmt.Sprintf("manifest encoding is not canonical: it differs from the canonical encoding at byte %d", at(g, part1)+5)},
 		{"escape", replace(t, g, `"PLHD"`, `"PL\u0048D"`), "",
 			fmt.Sprintf("manifest encoding is not canonical: it differs from the canonical encoding at byte %d", at(g, `PLHD`)+2)},
-		{"negative zero", replace(t, g, part0, `{"head_count":1,"head_start":-0,"layers":[0,1]}`), "",
-			fmt.Sprintf("manifest encoding is not canonical: it differs from the canonical encoding at byte %d", at(g, part0)+29)},
+		{"negative zero", replace(t, g, part0, `{"cp_rank":0,"cp_size":1,"head_count":1,"head_start":-0,"interleave":1,"layers":[0,1]}`), "",
+			fmt.Sprintf("manifest encoding is not canonical: it differs from the canonical encoding at byte %d", at(g, part0)+53)},
 		{"other domain", replace(t, g, testDomain, other), "", fmt.Sprintf("manifest belongs to model domain %s, not %s", other, testDomain)},
 		{"wrong digest", g, "kv/" + testDomain + "/manifests/" + strings.Repeat("0", 64), fmt.Sprintf(
 			"manifest digest %s does not match its key %q (key digest %s)", m.Digest(), "kv/"+testDomain+"/manifests/"+strings.Repeat("0", 64), strings.Repeat("0", 64))},
@@ -154,6 +154,7 @@ func FuzzDecode(f *testing.F) {
 				{Layers: []int{7, 8}, HeadStart: 0, HeadCount: 2},
 			})
 		},
+		func() (*Manifest, error) { return cpManifest(2, 4) },
 	} {
 		m, err := build()
 		require.NoError(f, err)

@@ -46,7 +46,7 @@ const MaxSize = 1 << 20
 // MaxParts bounds the parts of a manifest: each part encodes to at least
 // as many bytes as the shortest part and its comma, so a manifest of more
 // parts is past MaxSize. Writers check it before they build the parts.
-const MaxParts = MaxSize / (len(`{"head_count":1,"head_start":0,"layers":[0]}`) + 1)
+const MaxParts = MaxSize / (len(`{"cp_rank":0,"cp_size":1,"head_count":1,"head_start":0,"interleave":1,"layers":[0]}`) + 1)
 
 // Layout is a part layout: its name and its canonical order text, for
 // example "C T L H D" or "C L H D/8 T D%8". It has no slot axis S.
@@ -55,16 +55,102 @@ type Layout struct {
 	Order string `json:"order"`
 }
 
-// Part is one writer's share of a page: global layer ids and a KV-head
-// interval.
+// Part is one writer's share of a page: global layer ids, a KV-head
+// interval and a token set.
 type Part struct {
 	Layers    []int `json:"layers"`
 	HeadStart int   `json:"head_start"`
 	HeadCount int   `json:"head_count"`
+	TokenSet
+}
+
+// TokenSet is the tokens of a page that one context-parallel rank holds:
+// the page's tokens are dealt to CPSize ranks in runs of Interleave tokens,
+// round-robin, and this is rank CPRank's share. Token p of the page belongs
+// to rank (p / Interleave) % CPSize; CPSize x Interleave divides the page,
+// so every rank holds page / CPSize tokens, and its local token j is the
+// page's token ((j / Interleave) x CPSize + CPRank) x Interleave +
+// j % Interleave. Without context parallelism a part holds every token:
+// CPSize 1, CPRank 0, Interleave 1. The zero TokenSet means the same (New
+// stores it as 1, 0, 1).
+type TokenSet struct {
+	CPSize     int `json:"cp_size"`
+	CPRank     int `json:"cp_rank"`
+	Interleave int `json:"interleave"`
+}
+
+// Norm returns s with a zero CPSize or Interleave as 1: the token set of
+// every token.
+func (s TokenSet) Norm() TokenSet {
+	if s.CPSize == 0 {
+		s.CPSize = 1
+	}
+	if s.Interleave == 0 {
+		s.Interleave = 1
+	}
+	return s
+}
+
+// All reports whether s holds every token of a page.
+func (s TokenSet) All() bool { return s.CPSize <= 1 }
+
+// Tokens returns how many tokens of a page of pageSize tokens s holds. s
+// must be valid for the page (see Check).
+func (s TokenSet) Tokens(pageSize int) int { return pageSize / max(s.CPSize, 1) }
+
+// Global returns the page's token that local token j of s is.
+func (s TokenSet) Global(j int) int {
+	s = s.Norm()
+	i := s.Interleave
+	return ((j/i)*s.CPSize+s.CPRank)*i + j%i
+}
+
+// Local returns the local index of the page's token p in s, and whether s
+// holds it.
+func (s TokenSet) Local(p int) (int, bool) {
+	s = s.Norm()
+	run := p / s.Interleave
+	if run%s.CPSize != s.CPRank {
+		return 0, false
+	}
+	return run/s.CPSize*s.Interleave + p%s.Interleave, true
+}
+
+// Check returns why s is not a token set of a page of pageSize tokens, or
+// nil; what names it in the error ("manifest part 3", say).
+func (s TokenSet) Check(what string, pageSize int) error {
+	switch {
+	case s.CPSize <= 0:
+		return fmt.Errorf("%s cp_size is %d; it must be positive", what, s.CPSize)
+	case s.CPSize > pageSize:
+		return fmt.Errorf("%s cp_size %d is more than the page's %d tokens", what, s.CPSize, pageSize)
+	case s.CPRank < 0 || s.CPRank >= s.CPSize:
+		return fmt.Errorf("%s cp_rank %d is outside cp_size %d", what, s.CPRank, s.CPSize)
+	case s.Interleave <= 0:
+		return fmt.Errorf("%s interleave is %d; it must be positive", what, s.Interleave)
+	case pageSize%s.Interleave != 0:
+		return fmt.Errorf("%s interleave %d does not divide the page's %d tokens", what, s.Interleave, pageSize)
+	case pageSize%(s.CPSize*s.Interleave) != 0:
+		return fmt.Errorf("%s cp_size %d x interleave %d does not divide the page's %d tokens", what, s.CPSize, s.Interleave, pageSize)
+	}
+	return nil
+}
+
+// CompareTokens orders token sets by CP size, then interleave, then CP
+// rank.
+func CompareTokens(a, b TokenSet) int {
+	if c := cmp.Compare(a.CPSize, b.CPSize); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Interleave, b.Interleave); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.CPRank, b.CPRank)
 }
 
 // ComparePart orders parts the way manifests store them: by layers
-// (lexicographically), then head start, then head count.
+// (lexicographically), then head start, then head count, then token set
+// (CompareTokens).
 func ComparePart(a, b Part) int {
 	if c := slices.Compare(a.Layers, b.Layers); c != 0 {
 		return c
@@ -72,7 +158,10 @@ func ComparePart(a, b Part) int {
 	if c := cmp.Compare(a.HeadStart, b.HeadStart); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.HeadCount, b.HeadCount)
+	if c := cmp.Compare(a.HeadCount, b.HeadCount); c != 0 {
+		return c
+	}
+	return CompareTokens(a.TokenSet, b.TokenSet)
 }
 
 // SortParts sorts parts into their derived order (see ComparePart).
@@ -106,6 +195,7 @@ func New(domain string, d Descriptor, l Layout, parts []Part) (*Manifest, error)
 	m.Parts = make([]Part, len(parts))
 	for i, p := range parts {
 		p.Layers = append([]int(nil), p.Layers...)
+		p.TokenSet = p.TokenSet.Norm()
 		m.Parts[i] = p
 	}
 	SortParts(m.Parts)
@@ -171,6 +261,16 @@ func (m *Manifest) validate(strictOrder bool) error {
 			return fmt.Errorf("manifest part %d head_start %d + head_count %d is more than kv_heads %d",
 				i, p.HeadStart, p.HeadCount, d.KVHeads)
 		}
+		if err := p.TokenSet.Check(fmt.Sprintf("manifest part %d", i), d.PageSize); err != nil {
+			return err
+		}
+		if q := m.Parts[0].TokenSet; p.CPSize != q.CPSize || p.Interleave != q.Interleave {
+			return fmt.Errorf("manifest part %d has cp_size %d and interleave %d but part 0 has %d and %d; a manifest's parts share them",
+				i, p.CPSize, p.Interleave, q.CPSize, q.Interleave)
+		}
+	}
+	if err := m.checkTokenSplit(); err != nil {
+		return err
 	}
 	return m.checkCoverage()
 }
@@ -223,41 +323,86 @@ func (m *Manifest) validateLayout(strictOrder bool) error {
 	return nil
 }
 
+// checkTokenSplit checks that a layout that splits T splits the tokens
+// each part holds: page_size / cp_size.
+func (m *Manifest) checkTokenSplit() error {
+	cp := m.Parts[0].CPSize
+	if cp == 1 {
+		return nil // validateLayout checked the page
+	}
+	l, err := ir.ParseOrder("part", m.Layout.Name, m.Layout.Order)
+	if err != nil {
+		return fmt.Errorf("manifest %w", err)
+	}
+	n := m.Descriptor.PageSize / cp
+	for _, mode := range l.Order {
+		if mode.Op == "/" && mode.Axis == "T" && n%mode.Factor != 0 {
+			return fmt.Errorf("manifest layout %q splits T by %d, which does not divide the %d tokens a part of cp_size %d holds",
+				m.Layout.Name, mode.Factor, n, cp)
+		}
+	}
+	return nil
+}
+
 // interval is the head interval of one part at one layer.
 type interval struct{ start, end, part int }
 
-// checkCoverage checks that every (layer, head) of the descriptor is in
-// exactly one part, and names the first one that is not, in (layer, head)
-// order. Its cost is in the size of the parts, not in layers x heads.
+// checkCoverage checks that every (layer, head, token) of the descriptor
+// is in exactly one part, and names the first one that is not, in (layer,
+// CP rank, head) order. Parts share their CP size and interleave (validate
+// checks it), so a token is covered once when each (layer, CP rank) has its
+// heads covered once. Its cost is in the size of the parts, not in layers
+// x heads x CP ranks.
 func (m *Manifest) checkCoverage() error {
 	d := &m.Descriptor
-	byLayer := make([][]interval, len(d.Layers))
+	cp := m.Parts[0].CPSize
+	type key struct{ layer, rank int }
+	byLayer := map[key][]interval{}
 	for i, p := range m.Parts {
 		for _, l := range p.Layers {
 			k, _ := slices.BinarySearch(d.Layers, l)
-			byLayer[k] = append(byLayer[k], interval{p.HeadStart, p.HeadStart + p.HeadCount, i})
+			byLayer[key{k, p.CPRank}] = append(byLayer[key{k, p.CPRank}], interval{p.HeadStart, p.HeadStart + p.HeadCount, i})
 		}
 	}
-	for k, ivs := range byLayer {
-		slices.SortFunc(ivs, func(a, b interval) int {
-			if c := cmp.Compare(a.start, b.start); c != 0 {
-				return c
+	// Visit (layer, rank) in order: the first one absent is reached after
+	// at most as many steps as there are present ones.
+	for k := range d.Layers {
+		for r := 0; r < cp; r++ {
+			ivs := byLayer[key{k, r}]
+			if err := m.checkHeads(k, r, cp, ivs); err != nil {
+				return err
 			}
-			return cmp.Compare(a.part, b.part)
-		})
-		pos, last := 0, -1
-		for _, iv := range ivs {
-			if iv.start > pos {
-				break
-			}
-			if iv.start < pos {
-				return fmt.Errorf("manifest covers layer %d head %d twice: parts %d and %d", d.Layers[k], iv.start, last, iv.part)
-			}
-			pos, last = iv.end, iv.part
 		}
-		if pos < d.KVHeads {
-			return fmt.Errorf("manifest does not cover layer %d head %d", d.Layers[k], pos)
+	}
+	return nil
+}
+
+// checkHeads checks that the head intervals ivs of layer index k and CP
+// rank r cover every head once.
+func (m *Manifest) checkHeads(k, r, cp int, ivs []interval) error {
+	d := &m.Descriptor
+	where := ""
+	if cp > 1 {
+		where = fmt.Sprintf(" cp_rank %d", r)
+	}
+	slices.SortFunc(ivs, func(a, b interval) int {
+		if c := cmp.Compare(a.start, b.start); c != 0 {
+			return c
 		}
+		return cmp.Compare(a.part, b.part)
+	})
+	pos, last := 0, -1
+	for _, iv := range ivs {
+		if iv.start > pos {
+			break
+		}
+		if iv.start < pos {
+			return fmt.Errorf("manifest covers layer %d head %d%s twice: parts %d and %d", d.Layers[k], iv.start, where, last, iv.part)
+		}
+		pos, last = iv.end, iv.part
+	}
+	if pos < d.KVHeads {
+		return fmt.Errorf("manifest does not cover layer %d head %d%s", d.Layers[k], pos, where)
 	}
 	return nil
 }
@@ -277,10 +422,16 @@ func (m *Manifest) appendJSON(b []byte) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"head_count":`...)
+		b = append(b, `{"cp_rank":`...)
+		b = strconv.AppendInt(b, int64(p.CPRank), 10)
+		b = append(b, `,"cp_size":`...)
+		b = strconv.AppendInt(b, int64(p.CPSize), 10)
+		b = append(b, `,"head_count":`...)
 		b = strconv.AppendInt(b, int64(p.HeadCount), 10)
 		b = append(b, `,"head_start":`...)
 		b = strconv.AppendInt(b, int64(p.HeadStart), 10)
+		b = append(b, `,"interleave":`...)
+		b = strconv.AppendInt(b, int64(p.Interleave), 10)
 		b = append(b, `,"layers":`...)
 		b = appendInts(b, p.Layers)
 		b = append(b, '}')
@@ -324,20 +475,28 @@ func (m *Manifest) Key() string {
 	return "kv/" + m.Domain + "/manifests/" + m.Digest()
 }
 
-// PartBytes returns the bytes of part i: for each component, PageSize x
-// len(layers) x HeadCount x head dim x ItemSize, the K region then the V
-// region.
+// PartBytes returns the bytes of part i: for each component, the tokens
+// it holds (PageSize / CPSize) x len(layers) x HeadCount x head dim x
+// ItemSize, the K region then the V region.
 func (m *Manifest) PartBytes(i int) int {
 	p := &m.Parts[i]
 	n, _ := m.Descriptor.bytes(len(p.Layers), p.HeadCount)
-	return n
+	return n / p.CPSize
 }
 
-// PartOf returns the index of the part that holds (layer, head), or -1.
-func (m *Manifest) PartOf(layer, head int) int {
+// PartOf returns the index of the part that holds (layer, head) of token
+// 0, or -1 (see PartOfToken).
+func (m *Manifest) PartOf(layer, head int) int { return m.PartOfToken(layer, head, 0) }
+
+// PartOfToken returns the index of the part that holds (layer, head) of
+// the page's token token, or -1.
+func (m *Manifest) PartOfToken(layer, head, token int) int {
 	for i := range m.Parts {
 		p := &m.Parts[i]
 		if head < p.HeadStart || head >= p.HeadStart+p.HeadCount {
+			continue
+		}
+		if _, ok := p.Local(token); !ok {
 			continue
 		}
 		if _, ok := slices.BinarySearch(p.Layers, layer); ok {

@@ -1,6 +1,6 @@
-// Package placement says which part of a page each rank of a TP x PP
-// topology owns: the layers of its PP stage and the KV-head interval of its
-// TP rank.
+// Package placement says which part of a page each rank of a TP x PP x CP
+// topology owns: the layers of its PP stage, the KV-head interval of its
+// TP rank and the tokens of its CP (context-parallel) rank.
 //
 // Layers: PP stage p owns a contiguous slice of the descriptor's layers.
 // PPLayers gives the size of each slice; when it is nil the layers are split
@@ -13,7 +13,16 @@
 // consecutive ranks: rank t owns head t/(TP/KVHeads). A replicated part is
 // stored once, written by the lowest TP rank that holds it.
 //
-// Bounds: TP is at most MaxTP and replicates a head on at most
+// Tokens: with context parallelism of size CP and an interleave of I
+// tokens, the page's tokens are dealt to the CP ranks in runs of I,
+// round-robin: token p belongs to CP rank (p / I) % CP (SGLang's DCP has
+// I = 1; I = page / CP gives each rank a contiguous slice). I must divide
+// the page and so must CP x I, so that every CP rank holds page / CP
+// tokens (manifest.TokenSet maps them). A part is the layers x heads x
+// tokens one rank holds; CP ranks hold different tokens, so they write
+// different parts even when their heads are replicated (MLA).
+//
+// Bounds: TP is at most MaxTP, CP at most MaxCP and replicates a head on at most
 // MaxReplication ranks; PP is at most the layer count. Validate refuses
 // anything larger before a rank, share or part is built, so that a flag
 // like tp=1000000000 is one error, not gigabytes of ranks.
@@ -36,22 +45,44 @@ const MaxTP = 1024
 // ranks.
 const MaxReplication = 64
 
-// Topology is a TP x PP placement.
+// MaxCP bounds a topology's context-parallel size, past the largest
+// deployed (tens of ranks), so that every rank can be listed.
+const MaxCP = 1024
+
+// Topology is a TP x PP x CP placement.
 type Topology struct {
 	TP, PP int
 	// PPLayers optionally gives the layer count of each PP stage: len PP,
 	// every entry positive, summing to the descriptor's layer count. nil
 	// splits evenly with the remainder to the first stages.
 	PPLayers []int
+	// CP is the context-parallel size and Interleave the tokens of each
+	// run dealt to a CP rank; 0 means 1 for both (no context parallelism).
+	CP, Interleave int
 }
 
-// Rank is one rank of a topology.
-type Rank struct{ TP, PP int }
+// Rank is one rank of a topology: its TP, PP and CP ranks.
+type Rank struct{ TP, PP, CP int }
 
-// Share is what one rank owns: global layer ids and a KV-head interval.
+// Share is what one rank owns: global layer ids, a KV-head interval and a
+// token set (the zero TokenSet, every token, without context parallelism).
 type Share struct {
 	Layers               []int
 	HeadStart, HeadCount int
+	Tokens               manifest.TokenSet
+}
+
+// cp returns the CP size and interleave, 1 where they are 0.
+func (t Topology) cp() (size, interleave int) { return max(t.CP, 1), max(t.Interleave, 1) }
+
+// tokens returns the token set of CP rank r; zero without context
+// parallelism.
+func (t Topology) tokens(r int) manifest.TokenSet {
+	if t.CP <= 1 {
+		return manifest.TokenSet{}
+	}
+	size, il := t.cp()
+	return manifest.TokenSet{CPSize: size, CPRank: r, Interleave: il}
 }
 
 // Validate returns the first reason t cannot place a page of d, or nil.
@@ -81,6 +112,9 @@ func (t Topology) Validate(d *manifest.Descriptor) error {
 	if t.PP > n {
 		return fmt.Errorf("pp %d is more than the %d layers", t.PP, n)
 	}
+	if err := t.validateCP(d.PageSize); err != nil {
+		return err
+	}
 	if t.PPLayers == nil {
 		return nil
 	}
@@ -99,6 +133,29 @@ func (t Topology) Validate(d *manifest.Descriptor) error {
 	}
 	if sum != n {
 		return fmt.Errorf("pp-layers sum to %d, not the %d layers", sum, n)
+	}
+	return nil
+}
+
+// validateCP checks the context-parallel size and interleave against a
+// page of page tokens.
+func (t Topology) validateCP(page int) error {
+	switch {
+	case t.CP < 0:
+		return fmt.Errorf("cp %d is not positive", t.CP)
+	case t.Interleave < 0:
+		return fmt.Errorf("cp interleave %d is not positive", t.Interleave)
+	}
+	size, il := t.cp()
+	switch {
+	case size > page:
+		return fmt.Errorf("cp %d is more than the page's %d tokens", size, page)
+	case size > MaxCP:
+		return fmt.Errorf("cp %d is more than %d", size, MaxCP)
+	case page%il != 0:
+		return fmt.Errorf("cp interleave %d does not divide the page's %d tokens", il, page)
+	case page%(size*il) != 0:
+		return fmt.Errorf("cp %d x cp interleave %d is %d tokens, which does not divide the page's %d tokens", size, il, size*il, page)
 	}
 	return nil
 }
@@ -134,13 +191,17 @@ func (t Topology) heads(d *manifest.Descriptor, r int) (start, count, replicas i
 }
 
 func (t Topology) checkRank(r Rank) error {
-	if r.TP < 0 || r.TP >= t.TP || r.PP < 0 || r.PP >= t.PP {
-		return fmt.Errorf("rank tp %d pp %d is outside tp %d x pp %d", r.TP, r.PP, t.TP, t.PP)
+	cp, _ := t.cp()
+	if r.TP < 0 || r.TP >= t.TP || r.PP < 0 || r.PP >= t.PP || r.CP < 0 || r.CP >= cp {
+		if cp == 1 && r.CP == 0 {
+			return fmt.Errorf("rank tp %d pp %d is outside tp %d x pp %d", r.TP, r.PP, t.TP, t.PP)
+		}
+		return fmt.Errorf("rank tp %d pp %d cp %d is outside tp %d x pp %d x cp %d", r.TP, r.PP, r.CP, t.TP, t.PP, cp)
 	}
 	return nil
 }
 
-// Share returns the layers and heads rank r owns.
+// Share returns the layers, heads and tokens rank r owns.
 func (t Topology) Share(d *manifest.Descriptor, r Rank) (Share, error) {
 	if err := t.Validate(d); err != nil {
 		return Share{}, err
@@ -150,31 +211,39 @@ func (t Topology) Share(d *manifest.Descriptor, r Rank) (Share, error) {
 	}
 	lo, hi := t.stage(d, r.PP)
 	start, count, _ := t.heads(d, r.TP)
-	return Share{Layers: append([]int(nil), d.Layers[lo:hi]...), HeadStart: start, HeadCount: count}, nil
+	return Share{Layers: append([]int(nil), d.Layers[lo:hi]...), HeadStart: start, HeadCount: count, Tokens: t.tokens(r.CP)}, nil
 }
 
 // Parts returns the distinct parts of a page written by t, in derived order
-// (manifest.ComparePart): replicated heads give one part, not one per rank.
-// More than manifest.MaxParts parts are refused before they are built.
+// (manifest.ComparePart): replicated heads give one part, not one per rank;
+// each CP rank's tokens are a part of their own. More than
+// manifest.MaxParts parts are refused before they are built.
 func (t Topology) Parts(d *manifest.Descriptor) ([]manifest.Part, error) {
 	if err := t.Validate(d); err != nil {
 		return nil, err
 	}
 	distinct := min(t.TP, d.KVHeads)
-	if n := t.PP * distinct; n > manifest.MaxParts {
+	cp, _ := t.cp()
+	if n := t.PP * distinct * cp; n > manifest.MaxParts {
+		if cp > 1 {
+			return nil, fmt.Errorf("tp %d x pp %d x cp %d stores %d parts a page; a manifest holds at most %d", t.TP, t.PP, cp, n, manifest.MaxParts)
+		}
 		return nil, fmt.Errorf("tp %d x pp %d stores %d parts a page; a manifest holds at most %d", t.TP, t.PP, n, manifest.MaxParts)
 	}
-	parts := make([]manifest.Part, 0, t.PP*distinct)
+	parts := make([]manifest.Part, 0, t.PP*distinct*cp)
 	for p := range t.PP {
 		lo, hi := t.stage(d, p)
 		for h := range distinct {
 			// The first TP rank holding distinct interval h.
 			start, count, _ := t.heads(d, h*max(1, t.TP/d.KVHeads))
-			parts = append(parts, manifest.Part{
-				Layers:    append([]int(nil), d.Layers[lo:hi]...),
-				HeadStart: start,
-				HeadCount: count,
-			})
+			for c := range cp {
+				parts = append(parts, manifest.Part{
+					Layers:    append([]int(nil), d.Layers[lo:hi]...),
+					HeadStart: start,
+					HeadCount: count,
+					TokenSet:  t.tokens(c).Norm(),
+				})
+			}
 		}
 	}
 	manifest.SortParts(parts)
@@ -183,7 +252,7 @@ func (t Topology) Parts(d *manifest.Descriptor) ([]manifest.Part, error) {
 
 // Writer returns the index, in Parts order, of the part rank r holds, and
 // whether r writes it: the lowest TP rank among the replicas of its heads
-// writes; its PP rank fixes its layers.
+// writes; its PP rank fixes its layers and its CP rank its tokens.
 func (t Topology) Writer(d *manifest.Descriptor, r Rank) (part int, writes bool, err error) {
 	if err := t.Validate(d); err != nil {
 		return 0, false, err
@@ -192,23 +261,29 @@ func (t Topology) Writer(d *manifest.Descriptor, r Rank) (part int, writes bool,
 		return 0, false, err
 	}
 	// Stages hold disjoint ascending layer slices and heads ascend within a
-	// stage, so the derived order is stage-major, then head interval.
+	// stage, so the derived order is stage-major, then head interval, then
+	// CP rank (the parts of one topology share the CP size and interleave).
 	_, _, rep := t.heads(d, r.TP)
 	distinct := min(t.TP, d.KVHeads)
-	return r.PP*distinct + r.TP/rep, r.TP%rep == 0, nil
+	cp, _ := t.cp()
+	return (r.PP*distinct+r.TP/rep)*cp + r.CP, r.TP%rep == 0, nil
 }
 
-// Ranks returns every rank, PP-major then TP; nil unless TP is in
-// [1, MaxTP] and PP positive. Validate bounds PP by the layer count: call
-// it first, and list the ranks only when all of them are to be used.
+// Ranks returns every rank, PP-major, then CP, then TP; nil unless TP is
+// in [1, MaxTP], CP in [0, MaxCP] and PP positive. Validate bounds PP by
+// the layer count: call it first, and list the ranks only when all of them
+// are to be used.
 func (t Topology) Ranks() []Rank {
-	if t.TP <= 0 || t.PP <= 0 || t.TP > MaxTP || t.PP > math.MaxInt/MaxTP {
+	if t.TP <= 0 || t.PP <= 0 || t.TP > MaxTP || t.CP < 0 || t.CP > MaxCP || t.PP > math.MaxInt/MaxTP/MaxCP {
 		return nil
 	}
-	ranks := make([]Rank, 0, t.TP*t.PP)
+	cp, _ := t.cp()
+	ranks := make([]Rank, 0, t.TP*t.PP*cp)
 	for p := range t.PP {
-		for r := range t.TP {
-			ranks = append(ranks, Rank{TP: r, PP: p})
+		for c := range cp {
+			for r := range t.TP {
+				ranks = append(ranks, Rank{TP: r, PP: p, CP: c})
+			}
 		}
 	}
 	return ranks

@@ -17,6 +17,9 @@ func desc(layers, heads int) *manifest.Descriptor {
 	return d
 }
 
+// all is the token set of every token, as Parts gives it.
+var all = manifest.TokenSet{CPSize: 1, Interleave: 1}
+
 func seq(lo, hi int) []int {
 	var s []int
 	for i := lo; i < hi; i++ {
@@ -68,12 +71,12 @@ func TestUnevenSplit(t *testing.T) {
 	parts, err := top.Parts(d)
 	require.NoError(t, err)
 	require.Equal(t, []manifest.Part{
-		{Layers: seq(0, 4), HeadStart: 0, HeadCount: 1},
-		{Layers: seq(0, 4), HeadStart: 1, HeadCount: 1},
-		{Layers: seq(4, 7), HeadStart: 0, HeadCount: 1},
-		{Layers: seq(4, 7), HeadStart: 1, HeadCount: 1},
-		{Layers: seq(7, 9), HeadStart: 0, HeadCount: 1},
-		{Layers: seq(7, 9), HeadStart: 1, HeadCount: 1},
+		{Layers: seq(0, 4), HeadStart: 0, HeadCount: 1, TokenSet: all},
+		{Layers: seq(0, 4), HeadStart: 1, HeadCount: 1, TokenSet: all},
+		{Layers: seq(4, 7), HeadStart: 0, HeadCount: 1, TokenSet: all},
+		{Layers: seq(4, 7), HeadStart: 1, HeadCount: 1, TokenSet: all},
+		{Layers: seq(7, 9), HeadStart: 0, HeadCount: 1, TokenSet: all},
+		{Layers: seq(7, 9), HeadStart: 1, HeadCount: 1, TokenSet: all},
 	}, parts)
 
 	// Layer ids are the descriptor's, not indices.
@@ -99,7 +102,7 @@ func TestReplicatedHeads(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, parts, 16) // 8 per stage
 	for i, p := range parts {
-		require.Equal(t, manifest.Part{Layers: seq(i/8*2, i/8*2+2), HeadStart: i % 8, HeadCount: 1}, p)
+		require.Equal(t, manifest.Part{Layers: seq(i/8*2, i/8*2+2), HeadStart: i % 8, HeadCount: 1, TokenSet: all}, p)
 	}
 	for _, r := range top.Ranks() {
 		s, err := top.Share(d, r)
@@ -113,7 +116,7 @@ func TestReplicatedHeads(t *testing.T) {
 }
 
 func TestRanks(t *testing.T) {
-	require.Equal(t, []Rank{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2}}, Topology{TP: 2, PP: 3}.Ranks())
+	require.Equal(t, []Rank{{0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {1, 1, 0}, {0, 2, 0}, {1, 2, 0}}, Topology{TP: 2, PP: 3}.Ranks())
 	require.Nil(t, Topology{TP: 0, PP: 3}.Ranks())
 	// Past the bounds there is no list to build (and no slice to overflow).
 	require.Nil(t, Topology{TP: 4611686018427387904, PP: 1}.Ranks())
@@ -183,7 +186,7 @@ func TestConsistent(t *testing.T) {
 						require.NoError(t, err)
 						part, writes, err := top.Writer(d, r)
 						require.NoError(t, err)
-						require.Equal(t, manifest.Part{Layers: s.Layers, HeadStart: s.HeadStart, HeadCount: s.HeadCount}, parts[part])
+						require.Equal(t, manifest.Part{Layers: s.Layers, HeadStart: s.HeadStart, HeadCount: s.HeadCount, TokenSet: s.Tokens.Norm()}, parts[part])
 						require.Equal(t, part, m.PartOf(s.Layers[0], s.HeadStart))
 						if writes {
 							writers[part]++

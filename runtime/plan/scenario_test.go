@@ -370,7 +370,7 @@ func TestReplicatedHeads(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, m.Parts, 16)
 		for i, p := range m.Parts {
-			require.Equal(t, manifest.Part{Layers: []int{i / 8 * 2, i/8*2 + 1}, HeadStart: i % 8, HeadCount: 1}, p)
+			require.Equal(t, manifest.Part{Layers: []int{i / 8 * 2, i/8*2 + 1}, HeadStart: i % 8, HeadCount: 1, TokenSet: manifest.TokenSet{CPSize: 1, Interleave: 1}}, p)
 		}
 		for _, dst := range []placement.Topology{tp16, {TP: 4, PP: 1}, {TP: 8, PP: 4}} {
 			for _, r := range dst.Ranks() {
