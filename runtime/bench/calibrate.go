@@ -33,11 +33,12 @@ type Calibration struct {
 
 // The reads Calibrate times, from one part of calPart bytes.
 const (
-	calPart  = 16 << 20
-	calSmall = 4096 // reads of 256 bytes, 2 KiB apart
-	calMed   = 256  // reads of 16 KiB, 32 KiB apart
-	calBig   = 8    // reads of 2 MiB
-	calScat  = 1024 // reads of 1 KiB, 4 KiB apart: one segment, then 4 of 256
+	calPart    = 16 << 20
+	calSmall   = 4096 // reads of 256 bytes, 2 KiB apart
+	calMed     = 256  // reads of calMedSize, twice that apart
+	calMedSize = 16 << 10
+	calBig     = 8    // reads of 2 MiB
+	calScat    = 1024 // reads of 1 KiB, 4 KiB apart: one segment, then 4 of 256
 )
 
 func (c Calibration) String() string {
@@ -136,7 +137,7 @@ func Calibrate(ctx context.Context, name string, start func() (string, func(), e
 	if c.Small, err = time(batch(calSmall, 2048, 256, 1)); err != nil {
 		return c, err
 	}
-	if c.Medium, err = time(batch(calMed, 32<<10, 16<<10, 1)); err != nil {
+	if c.Medium, err = time(batch(calMed, 2*calMedSize, calMedSize, 1)); err != nil {
 		return c, err
 	}
 	if c.Plain, err = time(batch(calScat, 4096, 1024, 1)); err != nil {
@@ -147,7 +148,7 @@ func Calibrate(ctx context.Context, name string, start func() (string, func(), e
 	}
 	c.Bandwidth = float64(calBig*(2<<20)) / c.Big.Seconds()
 	c.SmallOpNS = max(0, (float64(c.Small.Nanoseconds())-float64(calSmall*256)/c.Bandwidth*1e9)/calSmall)
-	c.OpNS = max(0, (float64(c.Medium.Nanoseconds())-float64(calMed*(16<<10))/c.Bandwidth*1e9)/calMed)
+	c.OpNS = max(0, (float64(c.Medium.Nanoseconds())-float64(calMed*calMedSize)/c.Bandwidth*1e9)/calMed)
 	c.SegmentNS = max(0, float64(c.Scatter.Nanoseconds()-c.Plain.Nanoseconds())/(3*calScat))
 	return c, nil
 }
