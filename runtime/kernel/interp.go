@@ -23,10 +23,18 @@ func (in Interpreter) Kernels() *Kernels {
 }
 
 // walker is the state of one interpreted problem.
+//
+// With a token list (Problem.Tokens), every T loop is live and the
+// outermost one walks the token pairs, placing each token on each side
+// from that side's own T extent; the other T loops walk once. The runs are
+// then those of the same nest with the T loops gathered at the outermost
+// one's level: the same bytes, in another order when a layout puts other
+// axes between its T digits.
 type walker struct {
 	ir    *ir.Pair
 	p     *Problem
 	loops []ir.Loop
+	tok   int // with a token list: the level that walks it; -1 without
 	// per component: loop counts, strides per loop and side, run bytes,
 	// component offset and region per side
 	comps []compTables
@@ -42,10 +50,49 @@ type compTables struct {
 	fold    [2]int // offset of the statically folded loops' first index
 	off     [2]int
 	region  [2]int32
+	tokOff  [2][]int // with a token list: each pair's offset per side
+}
+
+// tokenDigit returns the digit of token t that mode m is.
+func tokenDigit(m ir.Mode, t int) int {
+	switch m.Split {
+	case ir.Outer:
+		return t / m.Factor
+	case ir.Inner:
+		return t % m.Factor
+	case ir.Middle:
+		return t % m.Factor / m.Unit
+	}
+	return t
+}
+
+// tokenUnit returns the tokens one step of mode m covers.
+func tokenUnit(m ir.Mode) int {
+	switch m.Split {
+	case ir.Outer:
+		return m.Factor
+	case ir.Middle:
+		return m.Unit
+	}
+	return 1
 }
 
 func newWalker(pr *ir.Pair, p *Problem, emit func(Run)) *walker {
-	w := &walker{ir: pr, p: p, loops: pr.LiveLoops(), emit: emit}
+	w := &walker{ir: pr, p: p, loops: pr.LiveLoops(), emit: emit, tok: -1}
+	tokens := p.Tokens != nil
+	if tokens {
+		// Every T loop is live: the static fold stops inside the innermost.
+		for i, lp := range pr.Loops {
+			if lp.Mode.Axis == ir.T {
+				if i >= len(w.loops) {
+					w.loops = pr.Loops[:i+1]
+				}
+				if w.tok < 0 {
+					w.tok = i
+				}
+			}
+		}
+	}
 	w.idx = make([]int, len(w.loops))
 	var env ir.Env
 	env[ir.SymItem] = p.ItemSize
@@ -63,12 +110,30 @@ func newWalker(pr *ir.Pair, p *Problem, emit func(Run)) *walker {
 	fullHeads := p.Heads == p.Src.Heads && p.Heads == p.Dst.Heads
 	consecutive := ConsecutiveLayers(p.Layers)
 	sides := [2]Side{p.Src, p.Dst}
+	// Each side's strides follow its own T extent; they differ only with a
+	// token list.
+	var envs [2]ir.Env
+	for s := range 2 {
+		envs[s] = env
+		if tokens && sides[s].Tokens > 0 {
+			envs[s][ir.SymPage] = sides[s].Tokens
+		}
+	}
 	var packedBase [2]int
 	w.comps = make([]compTables, len(p.Dims))
 	for c, dim := range p.Dims {
 		env[ir.SymDim] = dim
+		envs[0][ir.SymDim], envs[1][ir.SymDim] = dim, dim
 		t := &w.comps[c]
-		t.run = pr.Run.Eval(&env)
+		if tokens {
+			// The run is the statically folded loops inside the last T loop.
+			t.run = p.ItemSize
+			for _, lp := range pr.Loops[len(w.loops):] {
+				t.run *= lp.Extent.Eval(&env)
+			}
+		} else {
+			t.run = pr.Run.Eval(&env)
+		}
 		t.counts = make([]int, len(w.loops))
 		t.strides = make([][2]int, len(w.loops))
 		t.mixed = make([][2][2]int, len(w.loops))
@@ -77,24 +142,27 @@ func newWalker(pr *ir.Pair, p *Problem, emit func(Run)) *walker {
 			for s := range 2 {
 				switch {
 				case lp.Mixed[s] != nil:
-					t.mixed[i][s] = [2]int{lp.Mixed[s].Hi.Eval(&env), lp.Mixed[s].Lo.Eval(&env)}
+					t.mixed[i][s] = [2]int{lp.Mixed[s].Hi.Eval(&envs[s]), lp.Mixed[s].Lo.Eval(&envs[s])}
 				case !lp.CBlock[s]:
-					t.strides[i][s] = lp.Stride[s].Eval(&env)
+					t.strides[i][s] = lp.Stride[s].Eval(&envs[s])
 				}
 			}
+		}
+		if tokens {
+			t.tokOff = tokenOffsets(w.loops, t, p.Tokens)
 		}
 		// A statically folded loop starts at index 0, except H, which starts
 		// at the first common head.
 		for _, lp := range pr.Loops[len(w.loops):] {
 			if lp.Mode.Axis == ir.H {
-				t.fold[0] += p.SrcHead * lp.Stride[0].Eval(&env)
-				t.fold[1] += p.DstHead * lp.Stride[1].Eval(&env)
+				t.fold[0] += p.SrcHead * lp.Stride[0].Eval(&envs[0])
+				t.fold[1] += p.DstHead * lp.Stride[1].Eval(&envs[1])
 			}
 		}
 		folding := true
 		for i := len(w.loops) - 1; i >= 0 && folding; i-- {
 			f := w.loops[i].Fold
-			folding = f.Kind == ir.Runtime &&
+			folding = f.Kind == ir.Runtime && !(tokens && w.loops[i].Mode.Axis == ir.T) &&
 				(!f.FullLayers || fullLayers) && (!f.FullHeads || fullHeads) && (!f.Consecutive || consecutive)
 			if folding {
 				t.run *= t.counts[i]
@@ -111,13 +179,44 @@ func newWalker(pr *ir.Pair, p *Problem, emit func(Run)) *walker {
 			}
 			if sides[s].Packed {
 				t.off[s] = packedBase[s]
-				packedBase[s] += pr.CompSize[s].Eval(&env)
+				packedBase[s] += pr.CompSize[s].Eval(&envs[s])
 			} else {
 				t.region[s] = int32(c)
 			}
 		}
 	}
 	return w
+}
+
+// tokenOffsets returns, per side, the offset of each token pair: the sum
+// over the T loops of the token's digit times that side's stride, or, for
+// a loop the side places through a Mixed, its digits y = t/g placed as
+// (y/Div)*Hi + (y%Div)*Lo (a carry loop adds nothing there).
+func tokenOffsets(loops []ir.Loop, t *compTables, pairs []TokenPair) [2][]int {
+	var out [2][]int
+	for s := range 2 {
+		out[s] = make([]int, len(pairs))
+		for i, lp := range loops {
+			if lp.Mode.Axis != ir.T {
+				continue
+			}
+			m := lp.Mixed[s]
+			for k, pr := range pairs {
+				tok := int(pr.Src)
+				if s == 1 {
+					tok = int(pr.Dst)
+				}
+				switch {
+				case m == nil:
+					out[s][k] += tokenDigit(lp.Mode, tok) * t.strides[i][s]
+				case !m.Carry:
+					y := tok / tokenUnit(lp.Mode)
+					out[s][k] += y/m.Div*t.mixed[i][s][0] + y%m.Div*t.mixed[i][s][1]
+				}
+			}
+		}
+	}
+	return out
 }
 
 func (w *walker) walk(level, c, so, do int, sr, dr int32) {
@@ -128,6 +227,16 @@ func (w *walker) walk(level, c, so, do int, sr, dr int32) {
 	}
 	lp := &w.loops[level]
 	t := &w.comps[c]
+	if w.tok >= 0 && lp.Mode.Axis == ir.T {
+		if level != w.tok {
+			w.walk(level+1, c, so, do, sr, dr) // placed by the first T loop
+			return
+		}
+		for k := range w.p.Tokens {
+			w.walk(level+1, c, so+t.tokOff[0][k], do+t.tokOff[1][k], sr, dr)
+		}
+		return
+	}
 	n := t.counts[level]
 	st := t.strides[level]
 	for i := 0; i < n; i++ {
@@ -171,7 +280,7 @@ func (w *walker) walk(level, c, so, do int, sr, dr int32) {
 
 // start runs the walk over the live loops.
 func (w *walker) start() {
-	if len(w.p.Layers) == 0 || w.p.Heads == 0 || len(w.p.Dims) == 0 {
+	if len(w.p.Layers) == 0 || w.p.Heads == 0 || len(w.p.Dims) == 0 || w.p.Tokens != nil && len(w.p.Tokens) == 0 {
 		return
 	}
 	w.walk(0, 0, 0, 0, 0, 0)

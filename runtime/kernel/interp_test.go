@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 )
@@ -52,5 +53,47 @@ func TestInterpreterMatchesNaive(t *testing.T) {
 				kernelcheck.CheckCase(t, r, p, nil, kerneltest.RandomCase(r, p.Src, p.Dst))
 			}
 		})
+	}
+}
+
+// With context parallelism the buffers hold different tokens: the
+// interpreter moves exactly the common ones, on every pair, against the
+// element model.
+func TestInterpreterTokens(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	for _, p := range allPairs(t) {
+		t.Run(p.Src.Name+"->"+p.Dst.Name, func(t *testing.T) {
+			for range 12 {
+				c := kerneltest.RandomCase(r, p.Src, p.Dst)
+				kerneltest.RandomTokens(r, c)
+				kernelcheck.CheckCase(t, r, p, nil, c)
+			}
+		})
+	}
+}
+
+// A token list of every token moves what nil does.
+func TestInterpreterAllTokens(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, p := range allPairs(t) {
+		c := kerneltest.RandomCase(r, p.Src, p.Dst)
+		if !p.Src.COuter() || !p.Dst.COuter() {
+			for i := range c.Dims {
+				c.Dims[i] = c.Dims[0]
+			}
+		}
+		src, want := c.Buffers(r)
+		_, err := c.Naive(want, src)
+		require.NoError(t, err)
+		prob := c.Problem()
+		for i := 0; i < c.PageSize; i++ {
+			prob.Tokens = append(prob.Tokens, kernel.TokenPair{Src: int32(i), Dst: int32(i)})
+		}
+		in := kernel.Interpreter{IR: p}
+		got := c.Blank()
+		_, err = c.Apply(in.Range(prob, nil), got, src)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "%s", c)
+		require.Equal(t, prob.Bytes(), c.Problem().Bytes())
 	}
 }

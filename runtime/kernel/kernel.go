@@ -5,7 +5,8 @@
 //
 // A kernel moves the elements that two buffers have in common: every
 // component, every common layer, every common KV head, every token of the
-// page and every element of the head. The source and the destination each
+// page (or, with context parallelism, every common token: Problem.Tokens)
+// and every element of the head. The source and the destination each
 // have their own layout (an order of axes), their own layer list and head
 // interval, and their own region structure.
 package kernel
@@ -52,6 +53,10 @@ type Side struct {
 	Layers int // L extent: how many layers this buffer holds
 	Heads  int // H extent: how many KV heads this buffer holds
 	Slots  int // S extent: pool pages; ignored by part layouts
+	// Tokens is the T extent when Problem.Tokens is not nil: the tokens of
+	// a page this buffer holds (a context-parallel rank holds a share of
+	// them); 0 means PageSize. Ignored when Problem.Tokens is nil.
+	Tokens int
 	// Packed places the components of a layout whose outermost axis is C one
 	// after another in region 0 (a store part: K region then V region).
 	// Unpacked, component c lives alone in region c (SGLang's separate K and
@@ -61,6 +66,11 @@ type Side struct {
 
 // LayerPair maps one common layer to its index on each side.
 type LayerPair struct {
+	Src, Dst int32
+}
+
+// TokenPair maps one common token to its local index on each side.
+type TokenPair struct {
 	Src, Dst int32
 }
 
@@ -77,16 +87,26 @@ type Problem struct {
 	// Heads common heads start at SrcHead on the source and DstHead on the
 	// destination.
 	SrcHead, DstHead, Heads int
+	// Tokens, when not nil, lists the common tokens in ascending order of
+	// both sides' local indices, and each side holds Side.Tokens tokens a
+	// page: the buffers hold different token sets (context parallelism).
+	// nil means every token 0..PageSize-1 on both sides. Generated kernels
+	// take only nil; the Interpreter takes both.
+	Tokens []TokenPair
 }
 
 // Bytes returns the number of bytes p moves: every element of the common
-// layers and heads, of every component and token.
+// layers, heads and tokens, of every component.
 func (p *Problem) Bytes() int {
 	n := 0
 	for _, d := range p.Dims {
 		n += d
 	}
-	return n * p.ItemSize * p.PageSize * len(p.Layers) * p.Heads
+	tokens := p.PageSize
+	if p.Tokens != nil {
+		tokens = len(p.Tokens)
+	}
+	return n * p.ItemSize * tokens * len(p.Layers) * p.Heads
 }
 
 // RangeFunc appends to runs the byte runs of p, merging runs that are

@@ -44,7 +44,10 @@ func CheckGenerated(t *testing.T, f *ir.File, cases int) {
 // exactly the bytes of the element-by-element model, with every destination
 // byte written once, and that the interpreter and k emit the same runs, as
 // few as the model's MinRuns. Layouts whose outermost axis is not C get
-// the same head dim for every component.
+// the same head dim for every component. A case whose buffers hold
+// different tokens (context parallelism) lists its common tokens, which
+// only the interpreter takes: k must then be nil, and the runs may be more
+// than the fewest where a layout puts other axes between its T digits.
 func CheckCase(t *testing.T, r *rand.Rand, p *ir.Pair, k *kernel.Kernels, c *kerneltest.Case) {
 	t.Helper()
 	if !p.Src.COuter() || !p.Dst.COuter() {
@@ -67,7 +70,11 @@ func CheckCase(t *testing.T, r *rand.Rand, p *ir.Pair, k *kernel.Kernels, c *ker
 	require.NoError(t, err, "%s\n%s", c, p)
 	require.Equal(t, n, moved, "%s\n%s", c, p)
 	require.Equal(t, want, got, "range: %s\n%s", c, p)
-	require.Equal(t, min, len(runs), "runs are not the fewest: %s\n%s", c, p)
+	if c.Problem().Tokens == nil || c.Src.Layout.SplitOf(ir.T) == 0 && c.Dst.Layout.SplitOf(ir.T) == 0 {
+		require.Equal(t, min, len(runs), "runs are not the fewest: %s\n%s", c, p)
+	} else {
+		require.GreaterOrEqual(t, len(runs), min, "%s\n%s", c, p)
+	}
 
 	copies := []kernel.CopyFunc{in.Copy}
 	if k != nil {

@@ -21,6 +21,32 @@ type Buffer struct {
 	Slots     int // pool pages (pools only)
 	Slot      int // the page's slot (pools only)
 	Packed    bool
+	// CP, CPRank and Interleave are the buffer's tokens under context
+	// parallelism: runs of Interleave tokens dealt round-robin to CP ranks,
+	// of which the buffer holds rank CPRank's (page/CP tokens). CP 0 or 1
+	// is every token.
+	CP, CPRank, Interleave int
+}
+
+// cp returns the CP size and interleave of b, 1 for 0.
+func (b *Buffer) cp() (size, interleave int) { return max(b.CP, 1), max(b.Interleave, 1) }
+
+// Tokens returns the tokens of a page of page tokens that b holds.
+func (b *Buffer) Tokens(page int) int {
+	size, _ := b.cp()
+	return page / size
+}
+
+// Local returns the index in b of the page's token p, and whether b holds
+// it: runs of Interleave tokens go to rank (run % CP), and b's k-th run
+// holds its local tokens k*Interleave onwards.
+func (b *Buffer) Local(p int) (int, bool) {
+	size, il := b.cp()
+	run := p / il
+	if run%size != b.CPRank%size {
+		return 0, false
+	}
+	return (run/size)*il + p%il, true
 }
 
 // Geometry is what both sides share.
@@ -42,7 +68,7 @@ func (g *Geometry) extent(b *Buffer, m ir.Mode, c int) int {
 	case ir.H:
 		return b.Heads
 	case ir.T:
-		n = g.PageSize
+		n = b.Tokens(g.PageSize)
 	case ir.D:
 		n = g.Dims[c]
 	}
@@ -55,7 +81,8 @@ func (g *Geometry) extent(b *Buffer, m ir.Mode, c int) int {
 	return n
 }
 
-// Offset places element (c, layer index, head index, token, d) of b.
+// Offset places element (c, layer index, head index, token, d) of b;
+// token is b's local index.
 func (g *Geometry) Offset(b *Buffer, c, li, hi, t, d int) (region int, off int) {
 	modes := b.Layout.Modes
 	cOuter := b.Layout.COuter()
@@ -137,12 +164,12 @@ func (g *Geometry) Copy(dst, src *Buffer, dstBufs, srcBufs [][]byte) (moved int,
 	for i := range written {
 		written[i] = make([]bool, len(dstBufs[i]))
 	}
-	g.each(dst, src, func(c, si, di, h, t, d int) {
+	g.each(dst, src, func(c, si, di, h, st, dt, d int) {
 		if err != nil {
 			return
 		}
-		sr, so := g.Offset(src, c, si, h-src.HeadStart, t, d)
-		dr, do := g.Offset(dst, c, di, h-dst.HeadStart, t, d)
+		sr, so := g.Offset(src, c, si, h-src.HeadStart, st, d)
+		dr, do := g.Offset(dst, c, di, h-dst.HeadStart, dt, d)
 		for k := 0; k < g.ItemSize; k++ {
 			if written[dr][do+k] {
 				err = fmt.Errorf("destination byte %d of region %d written twice", do+k, dr)
@@ -172,9 +199,9 @@ func (g *Geometry) MinRuns(dst, src *Buffer) int {
 		at = append(at, make([]place, n/g.ItemSize))
 	}
 	n := 0
-	g.each(dst, src, func(c, si, di, h, t, d int) {
-		sr, so := g.Offset(src, c, si, h-src.HeadStart, t, d)
-		dr, do := g.Offset(dst, c, di, h-dst.HeadStart, t, d)
+	g.each(dst, src, func(c, si, di, h, st, dt, d int) {
+		sr, so := g.Offset(src, c, si, h-src.HeadStart, st, d)
+		dr, do := g.Offset(dst, c, di, h-dst.HeadStart, dt, d)
 		at[sr][so/g.ItemSize] = place{dr, do + 1}
 		n++
 	})
@@ -190,8 +217,9 @@ func (g *Geometry) MinRuns(dst, src *Buffer) int {
 }
 
 // each calls f for every element both buffers hold: component, layer index
-// on each side, global head, token and element of the head.
-func (g *Geometry) each(dst, src *Buffer, f func(c, si, di, h, t, d int)) {
+// on each side, global head, token index on each side and element of the
+// head.
+func (g *Geometry) each(dst, src *Buffer, f func(c, si, di, h, st, dt, d int)) {
 	for c := range g.Dims {
 		for si, layer := range src.Layers {
 			di := slices.Index(dst.Layers, layer)
@@ -200,8 +228,13 @@ func (g *Geometry) each(dst, src *Buffer, f func(c, si, di, h, t, d int)) {
 			}
 			for h := max(src.HeadStart, dst.HeadStart); h < min(src.HeadStart+src.Heads, dst.HeadStart+dst.Heads); h++ {
 				for t := 0; t < g.PageSize; t++ {
+					st, ok1 := src.Local(t)
+					dt, ok2 := dst.Local(t)
+					if !ok1 || !ok2 {
+						continue
+					}
 					for d := 0; d < g.Dims[c]; d++ {
-						f(c, si, di, h, t, d)
+						f(c, si, di, h, st, dt, d)
 					}
 				}
 			}
@@ -210,7 +243,8 @@ func (g *Geometry) each(dst, src *Buffer, f func(c, si, di, h, t, d int)) {
 }
 
 // Problem builds the kernel problem for the common elements of src and dst,
-// with runs relative to slot 0.
+// with runs relative to slot 0. When either buffer holds a share of the
+// tokens, the problem lists the common tokens.
 func (g *Geometry) Problem(src, dst *Buffer) *kernel.Problem {
 	p := &kernel.Problem{
 		ItemSize: g.ItemSize,
@@ -230,6 +264,17 @@ func (g *Geometry) Problem(src, dst *Buffer) *kernel.Problem {
 		p.Heads = h1 - h0
 		p.SrcHead = h0 - src.HeadStart
 		p.DstHead = h0 - dst.HeadStart
+	}
+	if max(src.CP, dst.CP) > 1 {
+		p.Src.Tokens, p.Dst.Tokens = src.Tokens(g.PageSize), dst.Tokens(g.PageSize)
+		p.Tokens = []kernel.TokenPair{}
+		for t := 0; t < g.PageSize; t++ {
+			st, ok1 := src.Local(t)
+			dt, ok2 := dst.Local(t)
+			if ok1 && ok2 {
+				p.Tokens = append(p.Tokens, kernel.TokenPair{Src: int32(st), Dst: int32(dt)})
+			}
+		}
 	}
 	return p
 }

@@ -19,10 +19,41 @@ type Case struct {
 }
 
 func (c *Case) String() string {
-	return fmt.Sprintf("%s -> %s: item %d page %d dims %v; src layers %v heads [%d,+%d) slots %d/%d packed %v; dst layers %v heads [%d,+%d) slots %d/%d packed %v",
+	s := fmt.Sprintf("%s -> %s: item %d page %d dims %v; src layers %v heads [%d,+%d) slots %d/%d packed %v; dst layers %v heads [%d,+%d) slots %d/%d packed %v",
 		c.Src.Layout.Name, c.Dst.Layout.Name, c.ItemSize, c.PageSize, c.Dims,
 		c.Src.Layers, c.Src.HeadStart, c.Src.Heads, c.Src.Slot, c.Src.Slots, c.Src.Packed,
 		c.Dst.Layers, c.Dst.HeadStart, c.Dst.Heads, c.Dst.Slot, c.Dst.Slots, c.Dst.Packed)
+	if max(c.Src.CP, c.Dst.CP) > 1 {
+		s += fmt.Sprintf("; tokens: src cp %d rank %d interleave %d, dst cp %d rank %d interleave %d",
+			c.Src.CP, c.Src.CPRank, c.Src.Interleave, c.Dst.CP, c.Dst.CPRank, c.Dst.Interleave)
+	}
+	return s
+}
+
+// RandomTokens gives each side of c a random token set (context
+// parallelism): a CP size and an interleave whose product divides the page
+// and leaves each rank a multiple of its layout's T split, and a random CP
+// rank; one side in four keeps every token. The page grows when it must,
+// so that most cases share a share of the tokens.
+func RandomTokens(r *rand.Rand, c *Case) {
+	tsplit := lcm(c.Src.Layout.SplitOf(ir.T), c.Dst.Layout.SplitOf(ir.T))
+	// A page of tsplit x 2^a x 3^b tokens, so that CP sizes and interleaves
+	// of 1 to 4 and 6 fit often.
+	c.PageSize = tsplit * []int{4, 8, 12, 16, 24}[r.IntN(5)]
+	for _, b := range []*Buffer{&c.Src, &c.Dst} {
+		b.CP, b.CPRank, b.Interleave = 0, 0, 0
+		if r.IntN(4) == 0 {
+			continue
+		}
+		for {
+			cp := 1 + r.IntN(6)
+			il := []int{1, 1, 2, 3, 4, 8}[r.IntN(6)]
+			if c.PageSize%(cp*il*tsplit) == 0 {
+				b.CP, b.Interleave, b.CPRank = cp, il, r.IntN(cp)
+				break
+			}
+		}
+	}
 }
 
 // RandomCase draws a geometry for a transfer from src to dst: page sizes 1
