@@ -19,8 +19,8 @@ import (
 )
 
 // Binding is where a rank's KV memory lives: a pool layout (many pages, one
-// per slot) or a part layout (one page), the layers and KV heads it holds,
-// and its slot count. It describes geometry only; the live buffers are
+// per slot) or a part layout (one page), the layers, KV heads and tokens it
+// holds, and its slot count. It describes geometry only; the live buffers are
 // supplied with each transfer. With C outermost, each component is its own
 // region (SGLang keeps separate K and V buffers); otherwise there is one.
 type Binding struct {
@@ -29,7 +29,14 @@ type Binding struct {
 	HeadStart int
 	Heads     int
 	Slots     int // pool pages; 1 for a part layout
+	// Tokens is the rank's token set under context parallelism: a pool
+	// page then holds page / CPSize tokens (the T extent). The zero
+	// TokenSet is every token.
+	Tokens manifest.TokenSet
 }
+
+// PageTokens returns the tokens of a page the binding holds: its T extent.
+func (b *Binding) PageTokens(d *manifest.Descriptor) int { return b.Tokens.Tokens(d.PageSize) }
 
 // Geometry is a binding checked against a descriptor, with its region sizes
 // and the footprint of one page.
@@ -77,6 +84,14 @@ func NewGeometry(d *manifest.Descriptor, b Binding) (*Geometry, error) {
 	}
 	if b.Heads <= 0 || b.HeadStart < 0 || b.HeadStart+b.Heads > d.KVHeads {
 		return nil, fmt.Errorf("binding heads [%d,%d) are not inside the model's %d KV heads", b.HeadStart, b.HeadStart+b.Heads, d.KVHeads)
+	}
+	if b.Tokens != (manifest.TokenSet{}) {
+		if err := b.Tokens.Norm().Check("binding", d.PageSize); err != nil {
+			return nil, err
+		}
+		if f, n := l.SplitOf(ir.T), b.Tokens.Tokens(d.PageSize); f > 0 && n%f != 0 {
+			return nil, fmt.Errorf("layout %s splits T by %d, which does not divide the %d tokens a rank of cp %d holds", l.Name, f, n, b.Tokens.CPSize)
+		}
 	}
 	if l.Kind == ir.Part {
 		b.Slots = 1
@@ -190,7 +205,7 @@ func extent(d *manifest.Descriptor, b Binding, m ir.Mode, c int) int {
 	case ir.H:
 		return b.Heads
 	case ir.T:
-		n = d.PageSize
+		n = b.PageTokens(d)
 	case ir.D:
 		n = d.HeadDims[c]
 	}

@@ -35,6 +35,12 @@ type Plan struct {
 	// Interpreted is true when a pair of this plan had no compiled kernels
 	// and ran on the interpreter.
 	Interpreted bool
+	// TokenLists is true when a part holds other tokens than the binding
+	// (context parallelism), so that the interpreter walked its common
+	// tokens: generated kernels take every token of a page, or a CP rank's
+	// tokens when both sides hold the same ones. This is not a fallback:
+	// no compiled kernel takes a token list.
+	TokenLists bool
 
 	// Strategy is how the plan moves the bytes (strategy.go). Ops are always
 	// the runs, one destination segment each, that the proof covers; a
@@ -108,7 +114,8 @@ type Planner struct {
 	kernels   map[string]*kernel.Kernels // by manifest part-layout identity
 	templates *lru.Cache[*Plan]          // by layout id
 
-	fallbacks atomic.Int64
+	fallbacks  atomic.Int64
+	tokenPlans atomic.Int64
 }
 
 // NewPlanner returns a planner for pages of descriptor d read into b.
@@ -132,8 +139,41 @@ func NewPlanner(d *manifest.Descriptor, b Binding, opts Options) (*Planner, erro
 // Geometry returns the binding's checked geometry.
 func (p *Planner) Geometry() *Geometry { return p.geo }
 
-// Fallbacks counts the plans built with the interpreter.
+// Fallbacks counts the plans built with the interpreter because the
+// layout pair was not compiled.
 func (p *Planner) Fallbacks() int64 { return p.fallbacks.Load() }
+
+// TokenPlans counts the plans that walked token lists on the interpreter
+// (Plan.TokenLists).
+func (p *Planner) TokenPlans() int64 { return p.tokenPlans.Load() }
+
+// tokenKernels returns the interpreter of the pair of kernelsFor: the
+// kernels of parts whose tokens differ from the binding's.
+func (p *Planner) tokenKernels(m *manifest.Manifest, k *kernel.Kernels) (*kernel.Kernels, error) {
+	if k.Origin == "interpreter" {
+		return k, nil
+	}
+	key := m.Layout.Name + "\x00" + m.Layout.Order + "\x00tokens"
+	p.mu.Lock()
+	in := p.kernels[key]
+	p.mu.Unlock()
+	if in != nil {
+		return in, nil
+	}
+	src, err := Layout(m)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := ir.Lower(src, p.geo.Layout)
+	if err != nil {
+		return nil, err
+	}
+	in = kernel.Interpreter{IR: pr}.Kernels()
+	p.mu.Lock()
+	p.kernels[key] = in
+	p.mu.Unlock()
+	return in, nil
+}
 
 // kernelsFor returns the kernels from a manifest's part layout to the
 // binding's layout: the generated ones, or the interpreter. The parsed
@@ -198,15 +238,17 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 		p.fallbacks.Add(1)
 	}
 	b := &p.geo.Binding
+	bt := b.Tokens.Norm()
 	prob := kernel.Problem{
 		ItemSize: d.ItemSize,
 		PageSize: d.PageSize,
 		Dims:     d.HeadDims,
-		Dst:      kernel.Side{Layers: len(b.Layers), Heads: b.Heads, Slots: b.Slots},
+		Dst:      kernel.Side{Layers: len(b.Layers), Heads: b.Heads, Slots: b.Slots, Tokens: bt.Tokens(d.PageSize)},
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
 	ops := sc.ops[:0]
+	var lists tokenLists
 	for i, part := range m.Parts {
 		h0 := max(part.HeadStart, b.HeadStart)
 		h1 := min(part.HeadStart+part.HeadCount, b.HeadStart+b.Heads)
@@ -217,10 +259,25 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 		if len(sc.layers) == 0 {
 			continue
 		}
-		prob.Src = kernel.Side{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true}
+		pt, pk := part.TokenSet.Norm(), k
+		prob.Src = kernel.Side{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true, Tokens: pt.Tokens(d.PageSize)}
+		if pt == bt {
+			// Both sides hold the same tokens, in the same order: the
+			// problem of a page of that many tokens, for any kernel.
+			prob.PageSize, prob.Tokens = prob.Src.Tokens, nil
+		} else {
+			prob.PageSize, prob.Tokens = d.PageSize, lists.get(d.PageSize, pt, bt)
+			if len(prob.Tokens) == 0 {
+				continue
+			}
+			if pk, err = p.tokenKernels(m, k); err != nil {
+				return nil, err
+			}
+			pl.TokenLists = true
+		}
 		prob.Layers = sc.layers
 		prob.SrcHead, prob.DstHead, prob.Heads = h0-part.HeadStart, h0-b.HeadStart, h1-h0
-		sc.runs = k.Range(&prob, sc.runs[:0])
+		sc.runs = pk.Range(&prob, sc.runs[:0])
 		n := len(ops)
 		ops = slices.Grow(ops, len(sc.runs))[:n+len(sc.runs)]
 		for j := range sc.runs {
@@ -235,7 +292,38 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 	// One allocation of the plan's exact size, instead of growing it op by
 	// op: growth copies were most of the time of building a large plan.
 	pl.Ops = slices.Clone(ops)
-	return p.choose(m, k, pl)
+	if pl.TokenLists {
+		p.tokenPlans.Add(1)
+	}
+	out, err := p.choose(m, k, pl)
+	if out != nil {
+		out.TokenLists = pl.TokenLists
+	}
+	return out, err
+}
+
+// tokenLists holds the common tokens of each part token set a plan met
+// (the parts of a manifest share a few: one per CP rank).
+type tokenLists struct {
+	sets  []manifest.TokenSet
+	lists [][]kernel.TokenPair
+}
+
+// get returns the common tokens of src and dst, in a page of page tokens,
+// as local index pairs in ascending order.
+func (t *tokenLists) get(page int, src, dst manifest.TokenSet) []kernel.TokenPair {
+	if i := slices.Index(t.sets, src); i >= 0 {
+		return t.lists[i]
+	}
+	out := []kernel.TokenPair{}
+	for j, n := 0, src.Tokens(page); j < n; j++ {
+		if l, ok := dst.Local(src.Global(j)); ok {
+			out = append(out, kernel.TokenPair{Src: int32(j), Dst: int32(l)})
+		}
+	}
+	t.sets = append(t.sets, src)
+	t.lists = append(t.lists, out)
+	return out
 }
 
 // scratch is what Build reuses from one plan to the next: the layer pairs

@@ -55,10 +55,10 @@ type scenario struct {
 }
 
 func (s *scenario) String() string {
-	return fmt.Sprintf("layers %v heads %d dims %v %s page %d; src tp%d pp%d %v %s; dst tp%d pp%d %v rank %d/%d %s slot %d of %d",
+	return fmt.Sprintf("layers %v heads %d dims %v %s page %d; src tp%d pp%d %v cp%d/%d %s; dst tp%d pp%d %v cp%d/%d rank %d/%d/%d %s slot %d of %d",
 		s.d.Layers, s.d.KVHeads, s.d.HeadDims, s.d.Dtype, s.d.PageSize,
-		s.src.TP, s.src.PP, s.src.PPLayers, s.srcL.Name,
-		s.dst.TP, s.dst.PP, s.dst.PPLayers, s.rank.TP, s.rank.PP, s.dstL.Name, s.slot, max(s.slots, 1))
+		s.src.TP, s.src.PP, s.src.PPLayers, s.src.CP, s.src.Interleave, s.srcL.Name,
+		s.dst.TP, s.dst.PP, s.dst.PPLayers, s.dst.CP, s.dst.Interleave, s.rank.TP, s.rank.PP, s.rank.CP, s.dstL.Name, s.slot, max(s.slots, 1))
 }
 
 // build returns the manifest of the page and the reader's planner.
@@ -102,7 +102,15 @@ func checkPlan(t *testing.T, name string, m *manifest.Manifest, p *plan.Planner,
 	got := expand(p, tpl, slot, m.Descriptor.ItemSize)
 	require.Equal(t, len(want), len(got), name)
 	require.True(t, slices.Equal(want, got), "%s: the plan's byte mapping differs from the layout model's", name)
-	require.Equal(t, maximalRuns(want, m.Descriptor.ItemSize), len(tpl.Ops), "%s: op count", name)
+	srcL, err := plan.Layout(m)
+	require.NoError(t, err)
+	if tpl.TokenLists && (srcL.SplitOf(compiler.T) > 0 || g.Layout.SplitOf(compiler.T) > 0) {
+		// A token list gathers the T loops of a split T: its runs may be
+		// more than the fewest.
+		require.GreaterOrEqual(t, len(tpl.Ops), maximalRuns(want, m.Descriptor.ItemSize), "%s: op count", name)
+	} else {
+		require.Equal(t, maximalRuns(want, m.Descriptor.ItemSize), len(tpl.Ops), "%s: op count", name)
+	}
 }
 
 // elem is one element moved: from offset src of part to offset dst of region.
@@ -124,10 +132,12 @@ func elementMap(t testing.TB, m *manifest.Manifest, g *plan.Geometry, slot int) 
 	require.NoError(t, err)
 	d := &m.Descriptor
 	kg := kerneltest.Geometry{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
-	dst := &kerneltest.Buffer{Layout: g.Layout, Layers: g.Layers, HeadStart: g.HeadStart, Heads: g.Heads, Slots: g.Slots, Slot: slot}
+	dst := &kerneltest.Buffer{Layout: g.Layout, Layers: g.Layers, HeadStart: g.HeadStart, Heads: g.Heads, Slots: g.Slots, Slot: slot,
+		CP: g.Tokens.CPSize, CPRank: g.Tokens.CPRank, Interleave: g.Tokens.Interleave}
 	var out []elem
 	for i, p := range m.Parts {
-		sb := &kerneltest.Buffer{Layout: src, Layers: p.Layers, HeadStart: p.HeadStart, Heads: p.HeadCount, Slots: 1, Packed: true}
+		sb := &kerneltest.Buffer{Layout: src, Layers: p.Layers, HeadStart: p.HeadStart, Heads: p.HeadCount, Slots: 1, Packed: true,
+			CP: p.CPSize, CPRank: p.CPRank, Interleave: p.Interleave}
 		h0, h1 := max(p.HeadStart, g.HeadStart), min(p.HeadStart+p.HeadCount, g.HeadStart+g.Heads)
 		for c, dim := range d.HeadDims {
 			for si, layer := range p.Layers {
@@ -137,9 +147,14 @@ func elementMap(t testing.TB, m *manifest.Manifest, g *plan.Geometry, slot int) 
 				}
 				for h := h0; h < h1; h++ {
 					for tok := range d.PageSize {
+						st, ok1 := sb.Local(tok)
+						dt, ok2 := dst.Local(tok)
+						if !ok1 || !ok2 {
+							continue
+						}
 						for e := range dim {
-							_, so := kg.Offset(sb, c, si, h-p.HeadStart, tok, e)
-							r, do := kg.Offset(dst, c, di, h-g.HeadStart, tok, e)
+							_, so := kg.Offset(sb, c, si, h-p.HeadStart, st, e)
+							r, do := kg.Offset(dst, c, di, h-g.HeadStart, dt, e)
 							out = append(out, elem{i, so, r, do})
 						}
 					}

@@ -25,11 +25,12 @@ func ManifestFor(domain string, d *manifest.Descriptor, t placement.Topology, l 
 }
 
 // BindingFor returns the binding of rank r of topology t: its share of each
-// page, laid out in l with slots pool pages.
+// page (layers, heads and, under context parallelism, tokens), laid out in
+// l with slots pool pages.
 func BindingFor(d *manifest.Descriptor, t placement.Topology, r placement.Rank, l *ir.Layout, slots int) (Binding, error) {
 	sh, err := t.Share(d, r)
 	if err != nil {
 		return Binding{}, err
 	}
-	return Binding{Layout: l, Layers: sh.Layers, HeadStart: sh.HeadStart, Heads: sh.HeadCount, Slots: slots}, nil
+	return Binding{Layout: l, Layers: sh.Layers, HeadStart: sh.HeadStart, Heads: sh.HeadCount, Slots: slots, Tokens: sh.Tokens}, nil
 }

@@ -21,15 +21,20 @@ func fillParts(t *testing.T, m *manifest.Manifest, seed uint64) [][]byte {
 	g := kerneltest.Geometry{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
 	var parts [][]byte
 	for i, p := range m.Parts {
-		b := &kerneltest.Buffer{Layout: src, Layers: p.Layers, HeadStart: p.HeadStart, Heads: p.HeadCount, Slots: 1, Packed: true}
+		b := &kerneltest.Buffer{Layout: src, Layers: p.Layers, HeadStart: p.HeadStart, Heads: p.HeadCount, Slots: 1, Packed: true,
+			CP: p.CPSize, CPRank: p.CPRank, Interleave: p.Interleave}
 		buf := make([]byte, m.PartBytes(i))
 		require.Equal(t, g.Regions(b)[0], len(buf))
 		for c := range d.HeadDims {
 			for li, layer := range p.Layers {
 				for h := 0; h < p.HeadCount; h++ {
 					for tok := 0; tok < d.PageSize; tok++ {
+						lt, ok := b.Local(tok)
+						if !ok {
+							continue
+						}
 						for e := 0; e < d.HeadDims[c]; e++ {
-							_, off := g.Offset(b, c, li, h, tok, e)
+							_, off := g.Offset(b, c, li, h, lt, e)
 							content.Element(seed, c, layer, p.HeadStart+h, tok, e, buf[off:off+d.ItemSize])
 						}
 					}

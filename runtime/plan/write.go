@@ -28,7 +28,7 @@ type WritePlan struct {
 }
 
 // NewWritePlan plans writing part i of manifest m from the pool of
-// binding b, which must hold exactly that part's layers and heads.
+// binding b, which must hold exactly that part's layers, heads and tokens.
 func NewWritePlan(m *manifest.Manifest, i int, b Binding, requireCompiled bool) (*WritePlan, error) {
 	d := &m.Descriptor
 	g, err := NewGeometry(d, b)
@@ -42,6 +42,10 @@ func NewWritePlan(m *manifest.Manifest, i int, b Binding, requireCompiled bool) 
 	if !slices.Equal(part.Layers, b.Layers) || part.HeadStart != b.HeadStart || part.HeadCount != b.Heads {
 		return nil, fmt.Errorf("the writer holds layers %v heads [%d,%d), not part %d's layers %v heads [%d,%d)",
 			b.Layers, b.HeadStart, b.HeadStart+b.Heads, i, part.Layers, part.HeadStart, part.HeadStart+part.HeadCount)
+	}
+	if bt, pt := b.Tokens.Norm(), part.TokenSet; bt != pt {
+		return nil, fmt.Errorf("the writer holds the tokens of cp rank %d of %d (interleave %d), not part %d's: cp rank %d of %d (interleave %d)",
+			bt.CPRank, bt.CPSize, bt.Interleave, i, pt.CPRank, pt.CPSize, pt.Interleave)
 	}
 	dst, err := Layout(m)
 	if err != nil {
@@ -58,9 +62,10 @@ func NewWritePlan(m *manifest.Manifest, i int, b Binding, requireCompiled bool) 
 		}
 		k = kernel.Interpreter{IR: ir}.Kernels()
 	}
+	// Both sides hold the part's tokens: the problem of a page of that many.
 	prob := kernel.Problem{
 		ItemSize: d.ItemSize,
-		PageSize: d.PageSize,
+		PageSize: part.Tokens(d.PageSize),
 		Dims:     d.HeadDims,
 		Src:      kernel.Side{Layers: len(b.Layers), Heads: b.Heads, Slots: g.Slots},
 		Dst:      kernel.Side{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true},
