@@ -72,89 +72,105 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 		len(d.Layers), d.KVHeads, d.HeadDims[0], d.HeadDims[1], d.Dtype, d.PageSize, d.PageBytes())
 	fmt.Fprintf(stdout, "readers: strategy %s on the %s transport's cost model; ops are store reads\n\n", *strategy, ropts.Plan.Transport.Name)
 
-	topos := []struct {
+	type topo struct {
 		name string
 		t    placement.Topology
-	}{{"TP1/PP3", placement.Topology{TP: 1, PP: 3}}, {"TP2/PP2", placement.Topology{TP: 2, PP: 2}}}
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "writer\tpart layout\treader\tpool layout\tpages\tbytes\tops\ttime\tGB/s\tverified\t")
-	failed := 0
-	for wi, w := range topos {
-		r := topos[1-wi]
-		for _, partName := range []string{"PLHD", "LPHD", "HPLD"} {
-			pl, err := layouts.Get(partName)
+	failed, reads := 0, 0
+	// run writes the pages of w in part layout partName and reads them back
+	// as every rank of r into each pool layout, verifying every element.
+	run := func(w topo, partName string, r topo, pools []string) error {
+		pl, err := layouts.Get(partName)
+		if err != nil {
+			return err
+		}
+		m, err := plan.ManifestFor(domain, d, w.t, pl)
+		if err != nil {
+			return err
+		}
+		keys := content.PageKeys(fmt.Sprintf("demo-%s-%s", strings.ReplaceAll(w.name, "/", ""), partName), domain, *pages)
+		for _, rank := range w.t.Ranks() {
+			if _, err := writeRank(ctx, st, m, w.t, rank, poolFor(pl), keys); err != nil {
+				return fmt.Errorf("%s rank %s writing %s: %w", w.name, rankName(w.t, rank), partName, err)
+			}
+		}
+		for _, poolName := range pools {
+			pool, err := layouts.Get(poolName)
 			if err != nil {
 				return err
 			}
-			m, err := plan.ManifestFor(domain, d, w.t, pl)
-			if err != nil {
-				return err
-			}
-			keys := content.PageKeys(fmt.Sprintf("demo-%s-%s", strings.ReplaceAll(w.name, "/", ""), partName), domain, *pages)
-			for _, rank := range w.t.Ranks() {
-				if _, err := writeRank(ctx, st, m, w.t, rank, poolFor(pl), keys); err != nil {
-					return fmt.Errorf("%s rank %d/%d writing %s: %w", w.name, rank.TP, rank.PP, partName, err)
-				}
-			}
-			for _, poolName := range []string{"page_first", "page_first_direct", "layer_first", "page_head"} {
-				pool, err := layouts.Get(poolName)
+			var bytes, ops, hit int
+			var elapsed time.Duration
+			ok := true
+			for _, rank := range r.t.Ranks() {
+				b, err := plan.BindingFor(d, r.t, rank, pool, *pages)
 				if err != nil {
 					return err
 				}
-				var bytes, ops, hit int
-				var elapsed time.Duration
-				ok := true
-				for _, rank := range r.t.Ranks() {
-					b, err := plan.BindingFor(d, r.t, rank, pool, *pages)
-					if err != nil {
-						return err
-					}
-					rd, err := reshard.NewReader(st, domain, d, b, ropts)
-					if err != nil {
-						return err
-					}
-					regions := rd.Geometry().NewRegions()
-					slots := make([]int, len(keys))
-					for i := range slots {
-						slots[i] = len(keys) - 1 - i // pages land in reverse slot order
-					}
-					start := time.Now()
-					res, err := rd.Read(ctx, keys, slots, regions)
-					elapsed += time.Since(start)
-					if err != nil {
-						return err
-					}
-					bytes += res.Bytes
-					ops += res.Ops
-					hit += res.Hit
-					if res.Hit != len(keys) {
-						fmt.Fprintf(stderr, "%s rank %d/%d read %d of %d pages: %v\n", r.name, rank.TP, rank.PP, res.Hit, len(keys), res.Stop)
+				rd, err := reshard.NewReader(st, domain, d, b, ropts)
+				if err != nil {
+					return err
+				}
+				regions := rd.Geometry().NewRegions()
+				slots := make([]int, len(keys))
+				for i := range slots {
+					slots[i] = len(keys) - 1 - i // pages land in reverse slot order
+				}
+				start := time.Now()
+				res, err := rd.Read(ctx, keys, slots, regions)
+				elapsed += time.Since(start)
+				if err != nil {
+					return err
+				}
+				bytes += res.Bytes
+				ops += res.Ops
+				hit += res.Hit
+				if res.Hit != len(keys) {
+					fmt.Fprintf(stderr, "%s rank %s read %d of %d pages: %v\n", r.name, rankName(r.t, rank), res.Hit, len(keys), res.Stop)
+					ok = false
+				}
+				for i := 0; i < res.Hit; i++ {
+					if err := content.Verify(rd.Geometry(), regions, slots[i], content.Seed(keys[i])); err != nil {
+						fmt.Fprintf(stderr, "%s rank %s page %d: %v\n", r.name, rankName(r.t, rank), i, err)
 						ok = false
-					}
-					for i := 0; i < res.Hit; i++ {
-						if err := content.Verify(rd.Geometry(), regions, slots[i], content.Seed(keys[i])); err != nil {
-							fmt.Fprintf(stderr, "%s rank %d/%d page %d: %v\n", r.name, rank.TP, rank.PP, i, err)
-							ok = false
-							break
-						}
+						break
 					}
 				}
-				if !ok {
-					failed++
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%.2f\t%v\t\n", w.name, partName, r.name, poolName,
-					hit/len(r.t.Ranks()), bytes, ops, elapsed.Round(time.Microsecond), gbps(bytes, elapsed), ok)
+			}
+			reads++
+			if !ok {
+				failed++
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%.2f\t%v\t\n", w.name, partName, r.name, poolName,
+				hit/len(r.t.Ranks()), bytes, ops, elapsed.Round(time.Microsecond), gbps(bytes, elapsed), ok)
+		}
+		return nil
+	}
+	topos := []topo{{"TP1/PP3", placement.Topology{TP: 1, PP: 3}}, {"TP2/PP2", placement.Topology{TP: 2, PP: 2}}}
+	for wi, w := range topos {
+		for _, partName := range []string{"PLHD", "LPHD", "HPLD"} {
+			if err := run(w, partName, topos[1-wi], []string{"page_first", "page_first_direct", "layer_first", "page_head"}); err != nil {
+				return err
 			}
 		}
+	}
+	// Context parallelism: a writer whose CP ranks hold alternate tokens,
+	// read by ranks that each hold a contiguous quarter of the page.
+	cpW := topo{"TP2/CP2", placement.Topology{TP: 2, PP: 1, CP: 2, Interleave: 1}}
+	cpR := topo{"TP1/CP4", placement.Topology{TP: 1, PP: 1, CP: 4, Interleave: 4}}
+	if err := run(cpW, "PLHD", cpR, []string{"page_first"}); err != nil {
+		return err
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if failed > 0 {
-		fmt.Fprintf(stdout, "\n%d of 24 reads did not verify\n", failed)
+		fmt.Fprintf(stdout, "\n%d of %d reads did not verify\n", failed, reads)
 		return errFailed
 	}
-	_, err = fmt.Fprintf(stdout, "\nevery byte of every page verified, by every reader rank, in both directions.\n")
+	_, err = fmt.Fprintf(stdout, "\nevery byte of every page verified, by every reader rank, in both directions and across context parallelism.\n")
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 )
 
@@ -92,12 +93,18 @@ type copyJSON struct {
 	Kernel string `json:"kernel,omitempty"`
 }
 
+// partJSON is one part of the manifest: its layers, heads and token set
+// (cp_size, cp_rank and interleave: 1, 0 and 1 without context
+// parallelism), and its bytes.
 type partJSON struct {
-	Index     int   `json:"index"`
-	Layers    []int `json:"layers"`
-	HeadStart int   `json:"head_start"`
-	HeadCount int   `json:"head_count"`
-	Bytes     int   `json:"bytes"`
+	Index      int   `json:"index"`
+	Layers     []int `json:"layers"`
+	HeadStart  int   `json:"head_start"`
+	HeadCount  int   `json:"head_count"`
+	CPSize     int   `json:"cp_size"`
+	CPRank     int   `json:"cp_rank"`
+	Interleave int   `json:"interleave"`
+	Bytes      int   `json:"bytes"`
 }
 
 type regionJSON struct {
@@ -161,8 +168,8 @@ func setupPlan(modelFlag, srcFlag, dstFlag, kvl string, opts plan.Options) (*pla
 func planCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("plan", stderr)
 	model := fs.String("model", "", "the model: layers=12,kv-heads=4,head-dim=8,v-head-dim=8,dtype=fp32,page=16")
-	src := fs.String("src", "", "the writer topology: tp=1,pp=3,layout=PLHD[,pp-layers=5/4/3]")
-	dst := fs.String("dst", "", "the reader rank: tp=2,pp=2,rank=1/0,layout=page_first[,slots=N,slot=S]")
+	src := fs.String("src", "", "the writer topology: tp=1,pp=3,layout=PLHD[,pp-layers=5/4/3][,cp=2,cp-interleave=1]")
+	dst := fs.String("dst", "", "the reader rank: tp=2,pp=2,rank=1/0,layout=page_first[,slots=N,slot=S][,cp=2,cp-interleave=1,rank=1/0/1]")
 	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts (run on the interpreter)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
 	repeat := intFlag(fs, "repeat", 0, "build the plan `N` times without the template cache and report the time")
@@ -258,7 +265,8 @@ func (s *planSetup) planJSON(pl *plan.Plan, timing *timingJSON) *planJSON {
 		}
 	}
 	for i, p := range s.man.Parts {
-		out.Parts = append(out.Parts, partJSON{Index: i, Layers: p.Layers, HeadStart: p.HeadStart, HeadCount: p.HeadCount, Bytes: s.man.PartBytes(i)})
+		out.Parts = append(out.Parts, partJSON{Index: i, Layers: p.Layers, HeadStart: p.HeadStart, HeadCount: p.HeadCount,
+			CPSize: p.CPSize, CPRank: p.CPRank, Interleave: p.Interleave, Bytes: s.man.PartBytes(i)})
 	}
 	for i, n := range g.Regions {
 		out.Regions = append(out.Regions, regionJSON{Name: g.RegionNames[i], Bytes: n})
@@ -299,23 +307,27 @@ func (s *planSetup) planJSON(pl *plan.Plan, timing *timingJSON) *planJSON {
 
 func (s *planSetup) printPlan(w io.Writer, pl *plan.Plan, out *planJSON) {
 	src, dst := s.src, s.dst
-	fmt.Fprintf(w, "reader   tp=%d pp=%d rank %d/%d, %s %s", dst.topo.TP, dst.topo.PP, dst.rank.TP, dst.rank.PP, dst.layout.Kind, dst.layout.Name)
+	fmt.Fprintf(w, "reader   tp=%d pp=%d%s rank %s, %s %s", dst.topo.TP, dst.topo.PP, cpText(dst.topo), rankName(dst.topo, dst.rank), dst.layout.Kind, dst.layout.Name)
 	if dst.layout.Kind.String() == "pool" {
 		fmt.Fprintf(w, " (slot %d of %d)", dst.slot, dst.slots)
 	}
 	g := s.planner.Geometry()
-	fmt.Fprintf(w, ": layers %s, heads [%d,%d)\n", span(g.Layers), g.HeadStart, g.HeadStart+g.Heads)
-	fmt.Fprintf(w, "source   tp=%d pp=%d, part %s { order %s }\n", src.topo.TP, src.topo.PP, src.layout.Name, src.layout.Order())
+	fmt.Fprintf(w, ": layers %s, heads [%d,%d)%s\n", span(g.Layers), g.HeadStart, g.HeadStart+g.Heads, tokensText(g.Tokens.CPSize, g.Tokens.CPRank))
+	fmt.Fprintf(w, "source   tp=%d pp=%d%s, part %s { order %s }\n", src.topo.TP, src.topo.PP, cpText(src.topo), src.layout.Name, src.layout.Order())
 	fmt.Fprintf(w, "layout   %s\n", pl.LayoutID)
 	for _, p := range out.Parts {
-		fmt.Fprintf(w, "part %-3d layers %s, heads [%d,%d), %d bytes\n", p.Index, span(p.Layers), p.HeadStart, p.HeadStart+p.HeadCount, p.Bytes)
+		fmt.Fprintf(w, "part %-3d layers %s, heads [%d,%d)%s, %d bytes\n", p.Index, span(p.Layers), p.HeadStart, p.HeadStart+p.HeadCount,
+			tokensText(p.CPSize, p.CPRank), p.Bytes)
 	}
 	for _, r := range out.Regions {
 		fmt.Fprintf(w, "region   %s, %d bytes\n", r.Name, r.Bytes)
 	}
 	kind := "compiled kernels"
-	if pl.Interpreted {
+	switch {
+	case pl.Interpreted:
 		kind = "interpreter"
+	case pl.TokenLists:
+		kind = "compiled kernels and token lists on the interpreter"
 	}
 	fmt.Fprintf(w, "plan     %d ops, %d bytes, strategy %s, %s\n", out.OpCount, out.Bytes, out.Strategy, kind)
 	fmt.Fprintf(w, "cost     transport %s, estimated %s", out.Transport, time.Duration(out.EstimatedNS))
@@ -350,6 +362,23 @@ func (s *planSetup) printPlan(w io.Writer, pl *plan.Plan, out *planJSON) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// cpText prints a topology's context parallelism, "" without it.
+func cpText(t placement.Topology) string {
+	if t.CP <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(" cp=%d cp-interleave=%d", t.CP, max(t.Interleave, 1))
+}
+
+// tokensText prints which CP rank's tokens a part or binding holds, ""
+// for every token.
+func tokensText(cpSize, cpRank int) string {
+	if cpSize <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(", tokens of cp rank %d of %d", cpRank, cpSize)
 }
 
 // span prints a layer list compactly: 0-3,5,7-9.

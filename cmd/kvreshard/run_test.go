@@ -66,7 +66,7 @@ func TestPlanJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &raw))
 	require.NotEmpty(t, raw.Ops)
 	for _, p := range raw.Parts {
-		require.Subset(t, keysOf(t, p), []string{"index", "layers", "head_start", "head_count", "bytes"})
+		require.Subset(t, keysOf(t, p), []string{"index", "layers", "head_start", "head_count", "cp_size", "cp_rank", "interleave", "bytes"})
 	}
 	for _, r := range raw.Regions {
 		require.Subset(t, keysOf(t, r), []string{"name", "bytes"})
@@ -81,9 +81,9 @@ func TestPlanJSON(t *testing.T) {
 	require.Regexp(t, `^sha256:[0-9a-f]{64}$`, out.LayoutID)
 	// TP1/PP3 parts: 4 layers x 4 heads x 16 tokens x (8+8) x 4 bytes.
 	require.Equal(t, []partJSON{
-		{Index: 0, Layers: []int{0, 1, 2, 3}, HeadStart: 0, HeadCount: 4, Bytes: 16384},
-		{Index: 1, Layers: []int{4, 5, 6, 7}, HeadStart: 0, HeadCount: 4, Bytes: 16384},
-		{Index: 2, Layers: []int{8, 9, 10, 11}, HeadStart: 0, HeadCount: 4, Bytes: 16384},
+		{Index: 0, Layers: []int{0, 1, 2, 3}, HeadStart: 0, HeadCount: 4, CPSize: 1, Interleave: 1, Bytes: 16384},
+		{Index: 1, Layers: []int{4, 5, 6, 7}, HeadStart: 0, HeadCount: 4, CPSize: 1, Interleave: 1, Bytes: 16384},
+		{Index: 2, Layers: []int{8, 9, 10, 11}, HeadStart: 0, HeadCount: 4, CPSize: 1, Interleave: 1, Bytes: 16384},
 	}, out.Parts)
 	// Rank 1/0 of TP2/PP2 holds layers 0-5, heads 2-3: 6x2x16x8x4 bytes a
 	// component and page; three slots.
@@ -140,7 +140,7 @@ func TestPlanUsageError(t *testing.T) {
 	code, stdout, stderr := runArgs("plan", "--model", planModel, "--src", "tp=1,pp=3,layout=PLHD", "--dst", "tp=2,pp=2,layout=page_first", "--json")
 	require.Equal(t, 2, code)
 	require.Empty(t, stdout)
-	require.Equal(t, "kvreshard plan: --dst: rank is required (rank=T/P, the TP rank then the PP rank)\n", stderr)
+	require.Equal(t, "kvreshard plan: --dst: rank is required (rank=T/P or T/P/C: the TP rank, the PP rank, then the CP rank)\n", stderr)
 }
 
 // demo on a memory store writes, reads and verifies every pair of the
@@ -151,7 +151,7 @@ func TestDemo(t *testing.T) {
 	require.Empty(t, stderr)
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	require.Equal(t, "kvreshard demo: store mem://", lines[0])
-	require.Equal(t, "every byte of every page verified, by every reader rank, in both directions.", lines[len(lines)-1])
+	require.Equal(t, "every byte of every page verified, by every reader rank, in both directions and across context parallelism.", lines[len(lines)-1])
 	row := regexp.MustCompile(`^\s*(TP1/PP3|TP2/PP2)\s+(PLHD|LPHD|HPLD)\s+(TP1/PP3|TP2/PP2)\s+(page_first|page_first_direct|layer_first|page_head)\s+2\s+(\d+)\s+\d+\s+\S+\s+[\d.]+\s+true\s*$`)
 	rows := map[string]bool{}
 	for _, l := range lines {
@@ -164,6 +164,11 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	require.Len(t, rows, 24, stdout)
+	// The context-parallel row: the reader's four CP ranks each read a
+	// quarter of the tokens, the whole page between them.
+	cp := regexp.MustCompile(`(?m)^\s*TP2/CP2\s+PLHD\s+TP1/CP4\s+page_first\s+2\s+294912\s+\d+\s+\S+\s+[\d.]+\s+true\s*$`)
+	require.Regexp(t, cp, stdout)
+	require.Len(t, lines, 3+1+1+25+1+1) // three header lines, a blank line, the table head, 25 rows, a blank line, the summary
 }
 
 // write and read in one process share a named memory store.

@@ -49,9 +49,9 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("write", stderr)
 	storeURL := fs.String("store", "", "store `URL`: file:///dir, mem://, redis://host:port")
 	model := fs.String("model", "", "the model: layers=12,kv-heads=4,head-dim=8,dtype=fp32,page=16")
-	src := fs.String("src", "", "the writer topology: tp=1,pp=3,layout=PLHD[,pp-layers=5/4/3]")
+	src := fs.String("src", "", "the writer topology: tp=1,pp=3,layout=PLHD[,pp-layers=5/4/3][,cp=2,cp-interleave=1]")
 	pages := intFlag(fs, "pages", 0, "number of `pages` to write")
-	rankFlag := fs.String("rank", "", "write only this rank's part (`T/P`); default: every rank")
+	rankFlag := fs.String("rank", "", "write only this rank's part (`T/P` or T/P/C with cp); default: every rank")
 	prefix := fs.String("prefix", "kvreshard", "page key prefix")
 	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts")
 	if err := parseFlags(fs, args); err != nil {
@@ -104,10 +104,10 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 		start := time.Now()
 		count, err := writeRank(ctx, st, m, ts.topo, r, ts.pool, keys)
 		if err != nil {
-			return fmt.Errorf("rank %d/%d: %w", r.TP, r.PP, err)
+			return fmt.Errorf("rank %s: %w", rankName(ts.topo, r), err)
 		}
-		fmt.Fprintf(stdout, "rank %d/%d: %d written, %d already complete, %d refused (another layout), %d replica in %s\n",
-			r.TP, r.PP, count[reshard.Written], count[reshard.Complete], count[reshard.Refused], count[reshard.Replica],
+		fmt.Fprintf(stdout, "rank %s: %d written, %d already complete, %d refused (another layout), %d replica in %s\n",
+			rankName(ts.topo, r), count[reshard.Written], count[reshard.Complete], count[reshard.Refused], count[reshard.Replica],
 			time.Since(start).Round(time.Microsecond))
 	}
 	fmt.Fprintf(stdout, "layout %s (%s, manifest %s)\n", m.LayoutID(), ts.layout.Name, m.Key())
@@ -131,7 +131,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("read", stderr)
 	storeURL := fs.String("store", "", "store `URL`: file:///dir, mem://, redis://host:port")
 	model := fs.String("model", "", "the model: layers=12,kv-heads=4,head-dim=8,dtype=fp32,page=16")
-	dst := fs.String("dst", "", "the reader rank: tp=2,pp=2,rank=1/0,layout=page_first")
+	dst := fs.String("dst", "", "the reader rank: tp=2,pp=2,rank=1/0,layout=page_first[,cp=2,cp-interleave=1,rank=1/0/1]")
 	pages := intFlag(fs, "pages", 0, "number of `pages` to read")
 	prefix := fs.String("prefix", "kvreshard", "page key prefix")
 	verify := fs.Bool("verify", false, "verify every restored element")

@@ -260,9 +260,11 @@ type topoSpec struct {
 }
 
 // parseTopo parses a writer's tp=2,pp=2,layout=NAME[,pp-layers=a/b/..][,pool=NAME]
-// or a reader's tp=2,pp=2,rank=T/P,layout=NAME[,pp-layers=..][,slots=N,slot=S].
+// or a reader's tp=2,pp=2,rank=T/P[/C],layout=NAME[,pp-layers=..][,slots=N,slot=S],
+// either with [,cp=N][,cp-interleave=I] (context parallelism; 1 and 1 by
+// default).
 func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compiler.Layout, withRank bool) (*topoSpec, error) {
-	keys := []string{"tp", "pp", "layout", "pp-layers"}
+	keys := []string{"tp", "pp", "layout", "pp-layers", "cp", "cp-interleave"}
 	if withRank {
 		keys = append(keys, "rank", "slots", "slot")
 	} else {
@@ -277,6 +279,12 @@ func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compil
 		return nil, err
 	}
 	if t.topo.PP, err = intValue(flag, kv, "pp", 1, 1); err != nil {
+		return nil, err
+	}
+	if t.topo.CP, err = intValue(flag, kv, "cp", 1, 1); err != nil {
+		return nil, err
+	}
+	if t.topo.Interleave, err = intValue(flag, kv, "cp-interleave", 1, 1); err != nil {
 		return nil, err
 	}
 	if v, ok := kv["pp-layers"]; ok {
@@ -338,19 +346,35 @@ func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compil
 	return t, nil
 }
 
-// parseRank parses T/P, the TP rank then the PP rank, of topology t;
-// label names the flag in errors.
+// parseRank parses T/P or T/P/C, the TP rank, the PP rank and the CP rank
+// (0 when left out), of topology t; label names the flag in errors.
 func parseRank(label, v string, t placement.Topology) (placement.Rank, error) {
-	a, b, ok := strings.Cut(v, "/")
-	tp, ok1 := parseCount(a)
-	pp, ok2 := parseCount(b)
-	if !ok || !ok1 || !ok2 {
-		return placement.Rank{}, usagef("%s is not TP/PP ranks like 1/0", label)
+	fields := strings.Split(v, "/")
+	var n [3]int
+	ok := len(fields) == 2 || len(fields) == 3
+	for i := 0; ok && i < len(fields); i++ {
+		n[i], ok = parseCount(fields[i])
 	}
-	if tp >= t.TP || pp >= t.PP {
-		return placement.Rank{}, usagef("%s is outside tp=%d x pp=%d", label, t.TP, t.PP)
+	if !ok {
+		return placement.Rank{}, usagef("%s is not TP/PP ranks like 1/0, or TP/PP/CP ranks like 1/0/1", label)
 	}
-	return placement.Rank{TP: tp, PP: pp}, nil
+	cp := max(t.CP, 1)
+	if n[0] >= t.TP || n[1] >= t.PP || n[2] >= cp {
+		if len(fields) == 2 && cp == 1 {
+			return placement.Rank{}, usagef("%s is outside tp=%d x pp=%d", label, t.TP, t.PP)
+		}
+		return placement.Rank{}, usagef("%s is outside tp=%d x pp=%d x cp=%d", label, t.TP, t.PP, cp)
+	}
+	return placement.Rank{TP: n[0], PP: n[1], CP: n[2]}, nil
+}
+
+// rankName prints rank r of topology t as its flags take it: T/P, or
+// T/P/C under context parallelism.
+func rankName(t placement.Topology, r placement.Rank) string {
+	if t.CP > 1 {
+		return fmt.Sprintf("%d/%d/%d", r.TP, r.PP, r.CP)
+	}
+	return fmt.Sprintf("%d/%d", r.TP, r.PP)
 }
 
 func layoutNames(custom map[string]*compiler.Layout) []string {
@@ -456,7 +480,7 @@ func parseSpecs(kvl, model string, flags ...topoFlag) (*modelSpec, []*topoSpec, 
 			return nil, nil, err
 		}
 		if f.reader && !ts.ranked {
-			return nil, nil, usagef("%s: rank is required (rank=T/P, the TP rank then the PP rank)", f.name)
+			return nil, nil, usagef("%s: rank is required (rank=T/P or T/P/C: the TP rank, the PP rank, then the CP rank)", f.name)
 		}
 		out = append(out, ts)
 	}
