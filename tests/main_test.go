@@ -277,8 +277,9 @@ func parseRead(t *testing.T, p *proc) readJSON {
 	return out
 }
 
-// writeLine is the line kvreshard write prints for each rank.
-var writeLine = regexp.MustCompile(`(?m)^rank (\d+)/(\d+): (\d+) written, (\d+) already complete, (\d+) refused \(another layout\), (\d+) replica in \S+$`)
+// writeLine is the line kvreshard write prints for each rank: T/P, or
+// T/P/C under context parallelism.
+var writeLine = regexp.MustCompile(`(?m)^rank (\d+/\d+(?:/\d+)?): (\d+) written, (\d+) already complete, (\d+) refused \(another layout\), (\d+) replica in \S+$`)
 
 // layoutLine is the last line kvreshard write prints.
 var layoutLine = regexp.MustCompile(`(?m)^layout sha256:([0-9a-f]{64}) \((\w+), manifest (kv/([0-9a-f]{64})/manifests/([0-9a-f]{64}))\)$`)
@@ -286,8 +287,8 @@ var layoutLine = regexp.MustCompile(`(?m)^layout sha256:([0-9a-f]{64}) \((\w+), 
 // counts are one rank's line of kvreshard write.
 type counts struct{ written, complete, refused, replica int }
 
-// parseWrite returns the counts of each rank "T/P" a write process printed,
-// and its manifest key.
+// parseWrite returns the counts of each rank "T/P" (or "T/P/C") a write
+// process printed, and its manifest key.
 func parseWrite(t *testing.T, p *proc) (map[string]counts, string) {
 	t.Helper()
 	require.Equal(t, 0, p.code, p.String())
@@ -296,7 +297,7 @@ func parseWrite(t *testing.T, p *proc) (map[string]counts, string) {
 	lines := writeLine.FindAllStringSubmatch(p.stdout.String(), -1)
 	for _, m := range lines {
 		n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
-		out[m[1]+"/"+m[2]] = counts{n(3), n(4), n(5), n(6)}
+		out[m[1]] = counts{n(2), n(3), n(4), n(5)}
 	}
 	l := layoutLine.FindStringSubmatch(p.stdout.String())
 	require.NotNil(t, l, p.String())
