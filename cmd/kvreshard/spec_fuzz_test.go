@@ -19,6 +19,8 @@ func FuzzSpecs(f *testing.F) {
 	f.Add("layers=2,kv-heads=2,head-dim=4,dtype=fp8,page=1", "tp=16,layout=HPLD", "tp=3,rank=2/0,layout=page_head,slots=9223372036854775807")
 	f.Add("layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16", "tp=4611686018427387904,layout=PLHD", "tp=1000000000,rank=0/0,layout=PLHD")
 	f.Add("layers=+12,kv-heads=04,head-dim=8,dtype=fp32,page=16", "tp=+1,pp=1,layout=PLHD", "tp=1,rank=+0/0,layout=page_first")
+	f.Add("layers=4,kv-heads=1,head-dim=32,mla=1,dtype=bf16,page=16", "tp=2,cp=2,cp-interleave=1,layout=PLHD", "tp=1,cp=4,cp-interleave=4,rank=0/0/3,layout=page_first")
+	f.Add("layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16", "tp=2,cp=16,cp-interleave=1,layout=LPHD", "tp=4,cp=3,rank=1/0/2,layout=page_head")
 	f.Fuzz(func(t *testing.T, model, src, dst string) {
 		ms, tss, err := parseSpecs("", model, topoFlag{"--src", src, false}, topoFlag{"--dst", dst, true})
 		if err != nil {

@@ -110,6 +110,13 @@ func TestCPDecodeErrors(t *testing.T) {
 			require.EqualError(t, err, tc.err)
 		})
 	}
+	// A product past int64 is refused, not wrapped: a page of 2^40 fp8
+	// tokens of one layer, head and element.
+	huge := Descriptor{Layers: []int{0}, KVHeads: 1, HeadDims: []int{1}, Dtype: "fp8", ItemSize: 1, PageSize: 1 << 40}
+	_, err = New(testDomain, huge, Layout{Name: "PLHD", Order: "C T L H D"}, []Part{{Layers: []int{0}, HeadCount: 1,
+		TokenSet: TokenSet{CPSize: 1 << 39, Interleave: 1 << 39}}})
+	require.EqualError(t, err, "manifest part 0 cp_size 549755813888 x interleave 549755813888 does not divide the page's 1099511627776 tokens")
+
 	// A layout that splits T must split the tokens of a part: 16 tokens
 	// over CP 8 leave 2, which T/4 does not split.
 	var parts []Part

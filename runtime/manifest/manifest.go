@@ -130,7 +130,8 @@ func (s TokenSet) Check(what string, pageSize int) error {
 		return fmt.Errorf("%s interleave is %d; it must be positive", what, s.Interleave)
 	case pageSize%s.Interleave != 0:
 		return fmt.Errorf("%s interleave %d does not divide the page's %d tokens", what, s.Interleave, pageSize)
-	case pageSize%(s.CPSize*s.Interleave) != 0:
+	case s.CPSize > pageSize/s.Interleave || pageSize%(s.CPSize*s.Interleave) != 0:
+		// The first test keeps the product from overflowing.
 		return fmt.Errorf("%s cp_size %d x interleave %d does not divide the page's %d tokens", what, s.CPSize, s.Interleave, pageSize)
 	}
 	return nil
