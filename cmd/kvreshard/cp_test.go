@@ -71,6 +71,13 @@ func TestCPWriteRead(t *testing.T) {
 			code, stdout, stderr := runArgs("read", "--store", url, "--model", model, "--dst", r.dst, "--pages", "3", "--verify")
 			require.Equal(t, 0, code, "%s: %s", r.dst, stderr)
 			require.Contains(t, stdout, "verified every element of 3 pages", r.dst)
+			// Token lists on the interpreter are not fallbacks: every
+			// layout pair here is compiled.
+			code, stdout, stderr = runArgs("read", "--store", url, "--model", model, "--dst", r.dst, "--pages", "3", "--verify", "--json")
+			require.Equal(t, 0, code, "%s: %s", r.dst, stderr)
+			var out readJSON
+			require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+			require.Equal(t, readJSON{Requested: 3, Hit: 3, Verified: true, Bytes: out.Bytes, Ops: out.Ops, Seconds: out.Seconds, GBps: out.GBps}, out, r.dst)
 		}
 	}
 	// One rank at a time, T/P/C: the page is complete after the last.
