@@ -7,18 +7,20 @@
 //
 // A Manifest describes a source layout: the model domain, the descriptor, the
 // part layout (its name and full axis order, so that a reader that did not
-// compile it can still interpret it) and the layers and KV-head interval of
-// every part. Part byte geometry is derived, never stored: part i holds its
-// K region then its V region, each PageSize x len(layers) x HeadCount x head
-// dim elements laid out by the layout's order. The order of the parts is
-// derived too (sorted by layers, then head start), and the encoding is
+// compile it can still interpret it) and the layers, KV-head interval and
+// token set (TokenSet: the tokens of one context-parallel rank, or every
+// token) of every part. Part byte geometry is derived, never stored: part i
+// holds its K region then its V region, each PageSize/cp_size x
+// len(layers) x HeadCount x head dim elements laid out by the layout's
+// order. The order of the parts is derived too (sorted by layers, then head
+// interval, then token set), and the encoding is
 // canonical JSON (keys sorted, no spaces), so identical manifests have
 // identical bytes and identical ids, and a manifest's id is the SHA-256 of
 // its bytes.
 //
 // Parts of replicated heads (TP larger than the KV-head count) are stored
-// once, so every (layer, head) of the descriptor is covered by exactly one
-// part.
+// once, so every (layer, head, token) of the descriptor is covered by
+// exactly one part.
 package manifest
 
 import (
