@@ -88,7 +88,21 @@ func TestRandomCPPlans(t *testing.T) {
 		randomCP(r, &s.dst, s.d.PageSize, split)
 		ranks := s.dst.Ranks()
 		s.rank = ranks[r.IntN(len(ranks))]
+		// Any strategy, with scatter lists short enough to split reads
+		// (a staging bound below a run would split ops, which the op
+		// count check below does not allow for).
+		s.opts = plan.Options{Strategy: plan.Strategy(r.IntN(int(plan.Auto) + 1)), MaxSegments: 1 + r.IntN(4), MaxGap: r.IntN(64)}
 		_, _, tpl := s.check(t)
+		// Staged through a small staging buffer, as a reader runs it.
+		st := s
+		st.opts = plan.Options{Strategy: plan.Staged, StageBytes: 64 << r.IntN(6), MaxGap: r.IntN(256)}
+		m, p := st.build(t)
+		staged, err := p.Template(m)
+		require.NoError(t, err, st.String())
+		seed := content.Seed(st.String())
+		regions := p.Geometry().NewRegions()
+		execute(t, p, staged, st.slot, fillParts(t, m, seed), regions, st.opts.StageBytes)
+		require.NoError(t, content.Verify(p.Geometry(), regions, st.slot, seed), st.String())
 		if tpl.TokenLists {
 			lists++
 		}
