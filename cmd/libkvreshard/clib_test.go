@@ -93,7 +93,7 @@ func headerFunctions(t *testing.T) []string {
 	for _, m := range regexp.MustCompile(`(?m)^int (kvr_\w+)\(`).FindAllSubmatch(h, -1) {
 		out = append(out, string(m[1]))
 	}
-	require.Len(t, out, 15, "functions declared in kvreshard.h")
+	require.Len(t, out, 16, "functions declared in kvreshard.h")
 	return out
 }
 
@@ -201,4 +201,29 @@ func TestEmptyCallCost(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Regexp(t, `^empty kvr_reader_read: \d+ ns a call \(100000 calls\)\n$`, string(out))
 	t.Logf("%s", strings.TrimSpace(string(out)))
+}
+
+// TestReadBench runs the C program's readbench on one page of python -m
+// kvreshard.bench, written here as that benchmark's --write does, with
+// the default copy workers and with one. It asserts nothing about time.
+func TestReadBench(t *testing.T) {
+	lib := buildLib(t)
+	bin := compileC(t, lib, "kvreshard_test", filepath.Join("testdata", "kvreshard_test.c"))
+	url := "file://" + t.TempDir()
+	write70B(t, url, 1)
+	for _, args := range [][]string{{"readbench", url, "1", "2"}, {"readbench", url, "1", "1", "1"}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		reads := args[3]
+		require.Regexp(t, `^read of 1 pages \(2621440 bytes\): best \d+\.\d{4} s, median \d+\.\d{4} s \(`+reads+` reads\)\n$`, string(out))
+	}
+	out, err := exec.Command(bin, "readbench", url, "2", "1").CombinedOutput()
+	require.Error(t, err)
+	model, err := buildModel(bench70B)
+	require.NoError(t, err)
+	key := content.PageKeys(keyPrefix, model.Domain(), 2)[1]
+	require.Equal(t, "readbench: read 1 of 2 pages: code 0: page missing or incomplete: "+key+"\n", string(out))
+	out, err = exec.Command(bin, "readbench", url, "0", "1").CombinedOutput()
+	require.Error(t, err)
+	require.Equal(t, "readbench: pages 1..4096, rounds 1..10000\n", string(out))
 }

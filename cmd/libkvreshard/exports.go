@@ -320,6 +320,16 @@ func kvrgoReaderRead(h C.uint64_t, keys *C.char, offsets, slots *C.int64_t, n C.
 	return finish(nil, msg, err, errlen)
 }
 
+//export kvrgoReaderSetOptions
+func kvrgoReaderSetOptions(h C.uint64_t, copyWorkers C.int32_t, maxPages, maxBytes C.int64_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	rh, e := lookup[*readerHandle](uint64(h), "reader")
+	if e == nil {
+		e = rh.setOptions(uint64(h), int64(copyWorkers), int64(maxPages), int64(maxBytes))
+	}
+	return finish(e, "", err, errlen)
+}
+
 //export kvrgoReaderStats
 func kvrgoReaderStats(h C.uint64_t, out *C.kvr_reader_stats) (rc C.int) {
 	defer recoverTo(&rc, nil, 0)
@@ -330,7 +340,7 @@ func kvrgoReaderStats(h C.uint64_t, out *C.kvr_reader_stats) (rc C.int) {
 	if out == nil {
 		return kvrEInval
 	}
-	s := rh.r.Stats()
+	s := rh.stats()
 	*out = C.kvr_reader_stats{
 		requests: C.int64_t(s.Requests), pages: C.int64_t(s.Pages), hits: C.int64_t(s.Hits), misses: C.int64_t(s.Misses),
 		bytes: C.int64_t(s.Bytes), ops: C.int64_t(s.Ops), manifests_rejected: C.int64_t(s.ManifestsRejected),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/cgo"
 	"sync"
 	"sync/atomic"
@@ -111,8 +112,19 @@ type writerHandle struct {
 // readerHandle is an open reader.
 type readerHandle struct {
 	poolUser
-	r      *reshard.Reader
 	domain string
+
+	// What kvr_reader_set_options builds a new reader from.
+	st    store.Store
+	desc  *manifest.Descriptor
+	bind  plan.Binding
+	popts plan.Options
+
+	// r and opts change only with mu held, in setOptions; base holds the
+	// counters of the readers it replaced.
+	r    *reshard.Reader
+	opts reshard.ReaderOptions // CopyWorkers resolved (never 0)
+	base reshard.Stats
 }
 
 func kindName(v any) string {
@@ -324,20 +336,80 @@ func openReader(sh uint64, ma modelArgs, pa placementArgs, a *poolArgs) (uint64,
 		return 0, err
 	}
 	tr := plan.StoreTransport(s.url)
-	domain := model.Domain()
-	rd, err := reshard.NewReader(s.st, domain, d, b, reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto, Transport: &tr}})
-	if err != nil {
-		return 0, invalidf("reader: %v", err)
+	rh := &readerHandle{domain: model.Domain(), st: s.st, desc: d, bind: b,
+		popts: plan.Options{Strategy: plan.Auto, Transport: &tr}}
+	if rh.r, rh.opts, err = rh.newReader(0, 0, 0); err != nil {
+		return 0, err
 	}
-	regs, err := regions(rd.Geometry(), a)
+	regs, err := regions(rh.r.Geometry(), a)
 	if err != nil {
 		return 0, err
 	}
 	if err := s.use(sh); err != nil {
 		return 0, err
 	}
-	rh := &readerHandle{poolUser: poolUser{store: s, regions: regs}, r: rd, domain: domain}
+	rh.poolUser = poolUser{store: s, regions: regs}
 	return uint64(cgo.NewHandle(rh)), nil
+}
+
+// maxCopyWorkers bounds kvr_reader_set_options' copy_workers.
+const maxCopyWorkers = 1024
+
+// newReader returns a reader of rh's model and pool with these options
+// (0: GOMAXPROCS copy workers; no page or byte budget), and the options,
+// copy workers resolved.
+func (rh *readerHandle) newReader(copyWorkers, maxPages, maxBytes int64) (*reshard.Reader, reshard.ReaderOptions, error) {
+	switch {
+	case copyWorkers < 0 || copyWorkers > maxCopyWorkers:
+		return nil, reshard.ReaderOptions{}, invalidf("copy_workers is %d; want 0 (GOMAXPROCS) to %d", copyWorkers, maxCopyWorkers)
+	case maxPages < 0:
+		return nil, reshard.ReaderOptions{}, invalidf("max_pages is %d; want 0 (no limit) or more", maxPages)
+	case maxBytes < 0:
+		return nil, reshard.ReaderOptions{}, invalidf("max_bytes is %d; want 0 (no limit) or more", maxBytes)
+	}
+	if copyWorkers == 0 {
+		copyWorkers = int64(runtime.GOMAXPROCS(0))
+	}
+	opts := reshard.ReaderOptions{Plan: rh.popts, CopyWorkers: int(copyWorkers), MaxPages: int(maxPages), MaxBytes: int(maxBytes)}
+	rd, err := reshard.NewReader(rh.st, rh.domain, rh.desc, rh.bind, opts)
+	if err != nil {
+		return nil, opts, invalidf("reader: %v", err)
+	}
+	return rd, opts, nil
+}
+
+// setOptions replaces the reader by one with these options (newReader's),
+// once the calls in progress return. Its counters go on; its caches of
+// manifests and plans start empty.
+func (rh *readerHandle) setOptions(h uint64, copyWorkers, maxPages, maxBytes int64) error {
+	rd, opts, err := rh.newReader(copyWorkers, maxPages, maxBytes)
+	if err != nil {
+		return err
+	}
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	if rh.closed {
+		return errorf(kvrEClosed, "reader handle %d is closed", h)
+	}
+	rh.base = addStats(rh.base, rh.r.Stats())
+	rh.r, rh.opts = rd, opts
+	return nil
+}
+
+// stats returns the reader's counters since its open.
+func (rh *readerHandle) stats() reshard.Stats {
+	rh.mu.RLock()
+	defer rh.mu.RUnlock()
+	return addStats(rh.base, rh.r.Stats())
+}
+
+func addStats(a, b reshard.Stats) reshard.Stats {
+	return reshard.Stats{
+		Requests: a.Requests + b.Requests, Pages: a.Pages + b.Pages, Hits: a.Hits + b.Hits, Misses: a.Misses + b.Misses,
+		Bytes: a.Bytes + b.Bytes, Ops: a.Ops + b.Ops, ManifestsRejected: a.ManifestsRejected + b.ManifestsRejected,
+		Fallbacks: a.Fallbacks + b.Fallbacks, PartsChecked: a.PartsChecked + b.PartsChecked,
+		ChecksumErrors: a.ChecksumErrors + b.ChecksumErrors,
+	}
 }
 
 // exists returns how many leading pages of keys the reader would read,
@@ -358,11 +430,64 @@ func (rh *readerHandle) exists(keys []string) (int, string, error) {
 	return n, "", errorf(kvrEStore, "%v", err)
 }
 
-// read reads the leading complete pages of keys into slots.
+// read reads the leading complete pages of keys into slots: on a
+// goroutine of its own when offload says so, else on the caller's.
 func (rh *readerHandle) read(keys []string, slots []int) (reshard.Result, error) {
-	res, err := rh.r.Read(context.Background(), keys, slots, rh.regions)
+	var (
+		res reshard.Result
+		err error
+	)
+	if rh.offload(len(keys)) {
+		res, err = onGoroutine(func() (reshard.Result, error) {
+			return rh.r.Read(context.Background(), keys, slots, rh.regions)
+		})
+	} else {
+		res, err = rh.r.Read(context.Background(), keys, slots, rh.regions)
+	}
 	if err != nil {
 		return res, invalidf("%v", err)
 	}
 	return res, nil
+}
+
+// offload reports whether a read of n pages runs on a goroutine of the
+// library rather than on the calling one: when its copies may run on more
+// than one goroutine. A Go function called from C runs on a goroutine
+// locked to the C thread. The reader starts and joins its copy workers
+// once per group of copies (11 times in a read of the 64 pages of python
+// -m kvreshard.bench), and each time the locked goroutine waits for them,
+// its thread gives the Go runtime's P away and must be woken to take it
+// back: two thread wakeups a join, about 10 µs on an idle machine and up
+// to a millisecond on a loaded one (BenchmarkForkJoin). On a goroutine
+// of the library the read pays those two wakeups once. Reads that cannot start a worker stay on the
+// calling goroutine: an empty call, one copy worker, or fewer bytes than
+// two workers' shares (reshard gives each at least 512 KiB).
+func (rh *readerHandle) offload(n int) bool {
+	return n > 0 && rh.opts.CopyWorkers > 1 && n*rh.r.Geometry().PageBytes >= offloadBytes
+}
+
+// offloadBytes is the least read that offload runs on a goroutine of the
+// library: two copy workers' shares.
+const offloadBytes = 2 * 512 << 10
+
+// onGoroutine runs f on a new goroutine and returns its results once it
+// returns; a panic in f is raised again on the caller's goroutine (where
+// the export turns it into KVR_EINTERNAL).
+func onGoroutine(f func() (reshard.Result, error)) (reshard.Result, error) {
+	var (
+		res   reshard.Result
+		err   error
+		fault any
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { fault = recover() }()
+		res, err = f()
+	}()
+	<-done
+	if fault != nil {
+		panic(fault)
+	}
+	return res, err
 }

@@ -148,8 +148,9 @@ int kvr_version(void);
 /* kvr_set_max_procs caps at n the threads that run Go code at once
  * (GOMAXPROCS); n <= 0 only reads the cap. *prev (when prev is not NULL)
  * gets the cap before the call. Call it before opening readers: a reader
- * runs its copies on as many threads as the cap at its open. Eight ranks on
- * one host each capped at cores/8 do not start a thread per core each. */
+ * runs its copies on as many threads as the cap at its open (or at its
+ * kvr_reader_set_options). Eight ranks on one host each capped at cores/8
+ * do not start a thread per core each. */
 int kvr_set_max_procs(int32_t n, int32_t *prev);
 
 /* kvr_model_domain writes the model domain of *m, 64 lower-case hex digits
@@ -218,6 +219,25 @@ typedef struct {
  * bad arguments only. */
 int kvr_reader_read(uint64_t reader, const char *keys, const int64_t *offsets, const int64_t *slots,
                     int64_t n, kvr_read_result *res, char *err, size_t errlen);
+
+/* kvr_reader_set_options sets how the reader's reads run, from its next
+ * call on (it waits for the calls in progress). Added after the first
+ * release of ABI version 1: a library without it has no such symbol.
+ *
+ *   copy_workers: the threads that copy a read's staged bytes into the
+ *     pool, the calling one included; 0 (the default at open) = the
+ *     GOMAXPROCS cap at this call (kvr_set_max_procs), 1 = the calling
+ *     thread alone; at most 1024. With more than one, a read with pages
+ *     runs on a thread of the library while the calling thread waits.
+ *   max_pages, max_bytes: the prefetch budget of one read, in pages and in
+ *     bytes of this rank's pool: pages past it are not read and the read
+ *     stops with KVR_STOP_BUDGET; 0 (the default) = no limit.
+ *
+ * A negative value, or copy_workers over 1024, is KVR_EINVAL naming it;
+ * nothing changes then. The reader's counters go on; its caches of
+ * manifests and plans start empty. */
+int kvr_reader_set_options(uint64_t reader, int32_t copy_workers, int64_t max_pages, int64_t max_bytes, char *err,
+                           size_t errlen);
 
 /* A reader's counters since its open. */
 typedef struct {

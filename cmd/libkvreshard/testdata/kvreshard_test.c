@@ -4,6 +4,9 @@
  *
  *     kvreshard_test DIR         run every test against the file store in DIR
  *     kvreshard_test bench N     time N empty kvr_reader_read calls (n = 0)
+ *     kvreshard_test readbench URL PAGES ROUNDS [COPY_WORKERS]
+ *                                time ROUNDS reads of the PAGES pages that
+ *                                python -m kvreshard.bench --write wrote
  *
  * Three writer ranks of TP1/PP3 write pages from page_first pools; four
  * reader ranks of TP2/PP2 (its own PP split) read them into layer_first,
@@ -771,6 +774,193 @@ static void test_fork(uint64_t st) {
     pool_free(&rp);
 }
 
+/* test_options sets a reader's copy workers and prefetch budget
+ * (kvr_reader_set_options): bad values with their messages, the budget in
+ * pages and in bytes, and back to no budget. */
+static void test_options(uint64_t st) {
+    rank_pool rp;
+    pool_init(&rp, "layer_first", 2, 2, 0, 1, reader_split, NPAGES + 4);
+    uint64_t r = open_reader(st, &rp);
+    int rc = kvr_reader_set_options(r, -1, 0, 0, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "copy_workers is -1; want 0 (GOMAXPROCS) to 1024");
+    rc = kvr_reader_set_options(r, 1025, 0, 0, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "copy_workers is 1025; want 0 (GOMAXPROCS) to 1024");
+    rc = kvr_reader_set_options(r, 1, -1, 0, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "max_pages is -1; want 0 (no limit) or more");
+    rc = kvr_reader_set_options(r, 1, 0, INT64_MIN, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "max_bytes is -9223372036854775808; want 0 (no limit) or more");
+
+    keys k = page_keys(0, NPAGES);
+    int64_t slots[NPAGES];
+    for (int p = 0; p < NPAGES; p++) {
+        slots[p] = p;
+    }
+    int64_t page = (int64_t)rp.nl * rp.nh * PAGE * (HEAD_DIM + V_HEAD_DIM) * 4;
+    kvr_read_result res;
+    /* 3 pages, then 4 pages and one byte: 4 pages. */
+    rc = kvr_reader_set_options(r, 1, 3, 0, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == 3 && res.stop == KVR_STOP_BUDGET && res.bytes == 3 * page,
+          "read with 3 pages' budget: %d hit %" PRId64 " stop %d bytes %" PRId64, rc, res.hit, res.stop, res.bytes);
+    CHECK(strcmp(err, "prefetch budget reached: 3 pages") == 0, "budget message %s", err);
+    for (int64_t s = 0; s < rp.slots; s++) {
+        verify(&rp, s, s < 3 ? (int)s : -1, __LINE__);
+    }
+    rc = kvr_reader_set_options(r, 4, 0, 4 * page + 1, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == 4 && res.stop == KVR_STOP_BUDGET, "read with 4 pages' bytes: %d hit %" PRId64,
+          rc, res.hit);
+    char want[128];
+    snprintf(want, sizeof want, "prefetch budget reached: %" PRId64 " bytes", 4 * page + 1);
+    CHECK(strcmp(err, want) == 0, "budget message %s, want %s", err, want);
+    rc = kvr_reader_set_options(r, 0, 0, 0, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == NPAGES && res.stop == KVR_STOP_NONE, "read without budget: %d hit %" PRId64, rc,
+          res.hit);
+    for (int64_t s = 0; s < rp.slots; s++) {
+        verify(&rp, s, s < NPAGES ? (int)s : -1, __LINE__);
+    }
+    /* The counters go on across the changes. */
+    kvr_reader_stats rs;
+    rc = kvr_reader_stats_get(r, &rs);
+    CHECK(rc == KVR_OK && rs.requests == 3 && rs.pages == 3 * NPAGES && rs.hits == 3 + 4 + NPAGES &&
+              rs.misses == 2 * NPAGES - 7 && rs.bytes == (3 + 4 + NPAGES) * page,
+          "reader stats: %" PRId64 " requests %" PRId64 " hits %" PRId64 " misses", rs.requests, rs.hits, rs.misses);
+
+    /* A writer is not a reader; a closed reader is closed. */
+    uint64_t w = open_writer(st, &writers[0], NULL);
+    rc = kvr_reader_set_options(w, 1, 0, 0, err, sizeof err);
+    char msg[128];
+    snprintf(msg, sizeof msg, "handle %" PRIu64 " is a writer, not a reader", w);
+    CHECK_MSG(rc, KVR_EINVAL, err, msg);
+    kvr_writer_close(w, err, sizeof err);
+    CHECK(kvr_reader_close(r, err, sizeof err) == KVR_OK, "reader_close %s", err);
+    rc = kvr_reader_set_options(r, 1, 0, 0, err, sizeof err);
+    snprintf(msg, sizeof msg, "reader handle %" PRIu64 " is closed or was never opened", r);
+    CHECK_MSG(rc, KVR_ECLOSED, err, msg);
+    pool_free(&rp);
+}
+
+/* The big model of test_big: 256 KiB of K and V a page for a reader of
+ * TP 2, so that a read of 4 pages may run its copies on two threads. */
+#define BIG_LAYERS 4
+#define BIG_HEADS 2
+#define BIG_DIM 128
+#define BIG_PAGE 64
+#define BIG_PAGES 4
+
+static size_t big_at(int heads, int64_t s, int t, int l, int h, int e) { /* page_first: S T L H D */
+    return ((((size_t)s * BIG_PAGE + t) * BIG_LAYERS + l) * heads + h) * BIG_DIM + e;
+}
+
+typedef struct {
+    uint64_t r;
+    uint32_t *reg[2];
+    int first; /* the thread's first slot and page */
+    int bad;
+} big_thread;
+
+static keys big_keys(int from) {
+    keys k = {0};
+    char s[32];
+    for (int p = from; p < from + BIG_PAGES; p++) {
+        snprintf(s, sizeof s, "big%d", p);
+        keys_add(&k, s);
+    }
+    return k;
+}
+
+static void *big_read(void *arg) {
+    big_thread *b = arg;
+    keys k = big_keys(b->first);
+    int64_t slots[BIG_PAGES];
+    for (int i = 0; i < BIG_PAGES; i++) {
+        slots[i] = b->first + i;
+    }
+    char e[512];
+    kvr_read_result res;
+    int rc = kvr_reader_read(b->r, k.buf, k.off, slots, k.n, &res, e, sizeof e);
+    if (rc != KVR_OK || res.hit != BIG_PAGES) {
+        fprintf(stderr, "big read from slot %d: %d hit %" PRId64 ": %s\n", b->first, rc, res.hit, e);
+        b->bad++;
+        return NULL;
+    }
+    /* Reader rank 1 of TP 2 holds head 1 of every page. */
+    for (int c = 0; c < 2; c++)
+        for (int p = b->first; p < b->first + BIG_PAGES; p++)
+            for (int t = 0; t < BIG_PAGE; t++)
+                for (int l = 0; l < BIG_LAYERS; l++)
+                    for (int x = 0; x < BIG_DIM; x++) {
+                        uint32_t got = b->reg[c][big_at(1, p, t, l, 0, x)], want = oracle(p, c, t, l, 1, x);
+                        if (got != want && b->bad++ == 0) {
+                            fprintf(stderr, "big page %d component %d token %d layer %d element %d: %08x, want %08x\n",
+                                    p, c, t, l, x, got, want);
+                        }
+                    }
+    return NULL;
+}
+
+/* test_big writes 8 pages of the big model from TP 1 and reads them into a
+ * TP 2 rank's pool from two threads at once, 4 pages each, with two copy
+ * workers: reads the library runs on a thread of its own while the
+ * calling thread waits. Every element is checked. */
+static void test_big(uint64_t st) {
+    kvr_model m = {BIG_LAYERS, BIG_HEADS, BIG_DIM, 0, BIG_PAGE, 0, "fp32", "big", "0", "kvreshard", NULL};
+    int32_t slots = 2 * BIG_PAGES;
+    uint64_t wsize = (uint64_t)slots * BIG_PAGE * BIG_LAYERS * BIG_HEADS * BIG_DIM * 4;
+    uint32_t *wreg[2] = {malloc(wsize), malloc(wsize)};
+    uint32_t *rreg[2] = {calloc(1, wsize / 2), calloc(1, wsize / 2)};
+    void *wb[2] = {wreg[0], wreg[1]}, *rb[2] = {rreg[0], rreg[1]};
+    uint64_t wsz[2] = {wsize, wsize}, rsz[2] = {wsize / 2, wsize / 2};
+    for (int c = 0; c < 2; c++)
+        for (int p = 0; p < slots; p++)
+            for (int t = 0; t < BIG_PAGE; t++)
+                for (int l = 0; l < BIG_LAYERS; l++)
+                    for (int h = 0; h < BIG_HEADS; h++)
+                        for (int x = 0; x < BIG_DIM; x++) {
+                            wreg[c][big_at(BIG_HEADS, p, t, l, h, x)] = oracle(p, c, t, l, h, x);
+                        }
+    kvr_placement wp = {1, 1, 0, 0, NULL}, rpl = {2, 1, 1, 0, NULL};
+    kvr_pool wpool = {"page_first", 2, wb, wsz, slots}, rpool = {"page_first", 2, rb, rsz, slots};
+    uint64_t w = 0, r = 0;
+    int rc = kvr_writer_open(st, &m, &wp, &wpool, NULL, &w, err, sizeof err);
+    CHECK(rc == KVR_OK, "big writer_open: %s", err);
+    for (int from = 0; from < slots; from += BIG_PAGES) {
+        keys k = big_keys(from);
+        int64_t ws[BIG_PAGES];
+        uint8_t status[BIG_PAGES];
+        for (int i = 0; i < BIG_PAGES; i++) {
+            ws[i] = from + i;
+        }
+        rc = kvr_writer_write(w, k.buf, k.off, ws, k.n, status, err, sizeof err);
+        CHECK(rc == KVR_OK && status[0] == KVR_WRITTEN && status[BIG_PAGES - 1] == KVR_WRITTEN, "big write: %d %s",
+              rc, err);
+    }
+    kvr_writer_close(w, err, sizeof err);
+    rc = kvr_reader_open(st, &m, &rpl, &rpool, &r, err, sizeof err);
+    CHECK(rc == KVR_OK, "big reader_open: %s", err);
+    rc = kvr_reader_set_options(r, 2, 0, 0, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    big_thread bt[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        bt[i] = (big_thread){r, {rreg[0], rreg[1]}, i * BIG_PAGES, 0};
+        CHECK(pthread_create(&th[i], NULL, big_read, &bt[i]) == 0, "pthread_create");
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(bt[i].bad == 0, "big read of thread %d: %d elements wrong", i, bt[i].bad);
+    }
+    kvr_reader_close(r, err, sizeof err);
+    for (int c = 0; c < 2; c++) {
+        free(wreg[c]);
+        free(rreg[c]);
+    }
+}
+
 static void test_max_procs(void) {
     int32_t prev = 0, now = 0;
     CHECK(kvr_set_max_procs(0, &prev) == KVR_OK && prev >= 1, "read max procs %d", prev);
@@ -807,12 +997,79 @@ static int bench(long n) {
     return failures != 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* readbench times rounds reads of the pages of python -m kvreshard.bench
+ * (written there with --write): rank 0/0 of TP 4 x PP 2 of the 70B-size
+ * model reads them into a page_first pool, as that benchmark does, with
+ * copy_workers copy workers when it is not 0 (kvr_reader_set_options). */
+static int readbench(const char *url, int pages, int rounds, int copy_workers) {
+    if (pages < 1 || pages > 4096 || rounds < 1 || rounds > 10000) {
+        fprintf(stderr, "readbench: pages 1..4096, rounds 1..10000\n");
+        return 2;
+    }
+    uint64_t st, r;
+    if (kvr_store_open(url, &st, err, sizeof err) != KVR_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    kvr_model m = {80, 8, 128, 0, 64, 0, "bf16", "bench-70b", "0", "kvreshard", NULL};
+    static const int32_t split[2] = {40, 40};
+    kvr_placement pl = {4, 2, 0, 0, split};
+    uint64_t n = (uint64_t)pages * 64 * 40 * 2 * 128 * 2;
+    void *b[2] = {calloc(1, n), calloc(1, n)};
+    uint64_t sz[2] = {n, n};
+    kvr_pool pool = {"page_first", 2, b, sz, pages};
+    if (kvr_reader_open(st, &m, &pl, &pool, &r, err, sizeof err) != KVR_OK ||
+        (copy_workers != 0 && kvr_reader_set_options(r, copy_workers, 0, 0, err, sizeof err) != KVR_OK)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    char *kb = malloc((size_t)pages * 16 + 1);
+    int64_t *off = malloc(sizeof(int64_t) * (pages + 1)), *slots = malloc(sizeof(int64_t) * pages);
+    double *t = malloc(sizeof(double) * rounds);
+    off[0] = 0;
+    for (int i = 0; i < pages; i++) {
+        snprintf(kb + 16 * i, 17, "%016" PRIx64, (uint64_t)i * UINT64_C(0x9e3779b97f4a7c15));
+        off[i + 1] = 16 * (i + 1);
+        slots[i] = pages - 1 - i;
+    }
+    kvr_read_result res;
+    for (int i = -1; i < rounds; i++) { /* one read first, that fills the caches */
+        struct timespec a, z;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        int rc = kvr_reader_read(r, kb, off, slots, pages, &res, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &z);
+        if (rc != KVR_OK || res.hit != pages) {
+            fprintf(stderr, "readbench: read %" PRId64 " of %d pages: code %d: %s\n", res.hit, pages, rc, err);
+            return 1;
+        }
+        if (i >= 0) {
+            t[i] = (z.tv_sec - a.tv_sec) + (z.tv_nsec - a.tv_nsec) * 1e-9;
+        }
+    }
+    qsort(t, rounds, sizeof *t, cmp_double);
+    printf("read of %d pages (%" PRId64 " bytes): best %.4f s, median %.4f s (%d reads)\n", pages, res.bytes, t[0],
+           t[rounds / 2], rounds);
+    kvr_reader_close(r, err, sizeof err);
+    kvr_store_close(st, err, sizeof err);
+    free(b[0]), free(b[1]), free(kb), free(off), free(slots), free(t);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "bench") == 0) {
         return bench(atol(argv[2]));
     }
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "readbench") == 0) {
+        return readbench(argv[2], atoi(argv[3]), atoi(argv[4]), argc == 6 ? atoi(argv[5]) : 0);
+    }
     if (argc != 2) {
-        fprintf(stderr, "usage: kvreshard_test DIR | kvreshard_test bench N\n");
+        fprintf(stderr, "usage: kvreshard_test DIR | kvreshard_test bench N | "
+                        "kvreshard_test readbench URL PAGES ROUNDS [COPY_WORKERS]\n");
         return 2;
     }
     CHECK(kvr_version() == KVR_ABI_VERSION, "library version %d, header %d", kvr_version(), KVR_ABI_VERSION);
@@ -831,6 +1088,8 @@ int main(int argc, char **argv) {
     test_bad_arguments(st);
     test_closed();
     test_threads(st);
+    test_options(st);
+    test_big(st);
     test_fork(st);
     test_max_procs();
     rc = kvr_store_close(st, err, sizeof err);
