@@ -110,6 +110,12 @@ func TestCPDecodeErrors(t *testing.T) {
 			require.EqualError(t, err, tc.err)
 		})
 	}
+	// Every token has one encoding: cp_size 1, interleave 1.
+	g1, err := cpManifest(1, 1)
+	require.NoError(t, err)
+	_, err = Decode([]byte(strings.Replace(string(g1.Encode()), `"interleave":1`, `"interleave":4`, 1)), "", testDomain)
+	require.EqualError(t, err, "manifest part 0 has cp_size 1 and interleave 4; a part of every token has interleave 1")
+
 	// A product past int64 is refused, not wrapped: a page of 2^40 fp8
 	// tokens of one layer, head and element.
 	huge := Descriptor{Layers: []int{0}, KVHeads: 1, HeadDims: []int{1}, Dtype: "fp8", ItemSize: 1, PageSize: 1 << 40}

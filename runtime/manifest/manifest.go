@@ -267,6 +267,11 @@ func (m *Manifest) validate(strictOrder bool) error {
 		if err := p.TokenSet.Check(fmt.Sprintf("manifest part %d", i), d.PageSize); err != nil {
 			return err
 		}
+		if p.CPSize == 1 && p.Interleave != 1 {
+			// One token set, one encoding: every token is cp_size 1,
+			// interleave 1.
+			return fmt.Errorf("manifest part %d has cp_size 1 and interleave %d; a part of every token has interleave 1", i, p.Interleave)
+		}
 		if q := m.Parts[0].TokenSet; p.CPSize != q.CPSize || p.Interleave != q.Interleave {
 			return fmt.Errorf("manifest part %d has cp_size %d and interleave %d but part 0 has %d and %d; a manifest's parts share them",
 				i, p.CPSize, p.Interleave, q.CPSize, q.Interleave)

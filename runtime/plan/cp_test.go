@@ -221,6 +221,26 @@ func TestCPWriteRead(t *testing.T) {
 	}
 }
 
+// A binding of every token is every token, whatever its interleave says:
+// it plans on the compiled kernels like the zero token set.
+func TestCPAllTokens(t *testing.T) {
+	d := desc(2, 2, []int{8, 8}, "bf16", 16)
+	model := manifest.Model{Namespace: "test", ModelID: "cp", Descriptor: d}
+	m, err := plan.ManifestFor(model.Domain(), &d, placement.Topology{TP: 1, PP: 1}, builtin(t, "PLHD"))
+	require.NoError(t, err)
+	for _, ts := range []manifest.TokenSet{{}, {CPSize: 1, Interleave: 1}, {CPSize: 1, Interleave: 4}} {
+		b := plan.Binding{Layout: builtin(t, "page_first"), Layers: []int{0, 1}, Heads: 2, Slots: 1, Tokens: ts}
+		p, err := plan.NewPlanner(&d, b, plan.Options{})
+		require.NoError(t, err)
+		tpl, err := p.Template(m)
+		require.NoError(t, err)
+		require.False(t, tpl.TokenLists, "%+v", ts)
+		require.Len(t, tpl.Ops, 2, "%+v", ts) // PLHD into page_first: one run a component
+		_, err = plan.NewWritePlan(m, 0, b, true)
+		require.NoError(t, err, "%+v", ts)
+	}
+}
+
 func TestCPBindingErrors(t *testing.T) {
 	d := desc(2, 1, []int{8}, "bf16", 16)
 	for _, tc := range []struct {
