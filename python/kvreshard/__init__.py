@@ -490,13 +490,22 @@ class Writer(_Handle):
 
 class Reader(_Handle):
     """Reads pages into this rank's pool, whatever topology and layout wrote
-    them: only the bytes of the rank's layers and heads."""
+    them: only the bytes of the rank's layers and heads.
+
+    copy_workers: the threads that copy a read's bytes into the pool, the
+    calling one included (None or 0: the library's GOMAXPROCS, see
+    set_max_procs; 1: the calling thread only; at most 1024).
+    max_pages, max_bytes: the prefetch budget of one read, in pages and in
+    bytes of this rank's pool (None or 0: no limit); a read stops there
+    with Stop.BUDGET."""
 
     kind = "reader"
 
-    def __init__(self, store, model, placement, pool):
+    def __init__(self, store, model, placement, pool, copy_workers=None, max_pages=None, max_bytes=None):
         self._h = 0
         _check_types(store, model, placement, pool)
+        opts = (_opt32("copy_workers", copy_workers), _opt64("max_pages", max_pages),
+                _opt64("max_bytes", max_bytes))
         self.store, self.model, self.placement, self.pool = store, model, placement, pool
         h = ctypes.c_uint64()
         err = _lib.errbuf()
@@ -504,6 +513,12 @@ class Reader(_Handle):
             store._handle(), ctypes.byref(model._c), ctypes.byref(placement._c),
             ctypes.byref(pool._c), ctypes.byref(h), err, _lib.ERRLEN), err)
         self._h = h.value
+        if any(opts):
+            code = _lib.lib().kvr_reader_set_options(self._h, opts[0], opts[1], opts[2], err, _lib.ERRLEN)
+            if code != _lib.OK:
+                e = _lib.error(code, err.value.decode("utf-8", "replace"))
+                self.close()
+                raise e
         self._read = _lib.lib().kvr_reader_read
         self._exists = _lib.lib().kvr_reader_exists
         self._res = _lib.CReadResult
@@ -547,6 +562,27 @@ class Reader(_Handle):
         if h:
             err = _lib.errbuf()
             _lib.check(_lib.lib().kvr_reader_close(h, err, _lib.ERRLEN), err)
+
+
+def _opt(what, v, bits):
+    """An optional int argument of the C API: None is 0; the library
+    checks the range it accepts and names the argument."""
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError("kvreshard: %s must be an int or None, not %s" % (what, type(v).__name__))
+    v = v.__index__()
+    if not -(1 << bits - 1) <= v < 1 << bits - 1:
+        raise InvalidArgument("kvreshard: %s=%d is out of range" % (what, v), _lib.EINVAL)
+    return v
+
+
+def _opt32(what, v):
+    return _opt(what, v, 32)
+
+
+def _opt64(what, v):
+    return _opt(what, v, 64)
 
 
 def _check_types(store, model, placement, pool):

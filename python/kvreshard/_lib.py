@@ -153,6 +153,7 @@ _SIGNATURES = {
                          ctypes.POINTER(CPool), ctypes.POINTER(_u64), _p, _n], _int),
     "kvr_reader_exists": ([_u64, _s, _p, _i64, ctypes.POINTER(_i64), _p, _n], _int),
     "kvr_reader_read": ([_u64, _s, _p, _p, _i64, ctypes.POINTER(CReadResult), _p, _n], _int),
+    "kvr_reader_set_options": ([_u64, ctypes.c_int32, _i64, _i64, _p, _n], _int),
     "kvr_reader_stats_get": ([_u64, ctypes.POINTER(CReaderStats)], _int),
     "kvr_writer_stats_get": ([_u64, ctypes.POINTER(CWriterStats)], _int),
     "kvr_reader_close": ([_u64, _p, _n], _int),
