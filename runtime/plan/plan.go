@@ -278,6 +278,9 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 		prob.Layers = sc.layers
 		prob.SrcHead, prob.DstHead, prob.Heads = h0-part.HeadStart, h0-b.HeadStart, h1-h0
 		sc.runs = pk.Range(&prob, sc.runs[:0])
+		if prob.Tokens != nil {
+			sc.runs = mergeRuns(sc.runs)
+		}
 		n := len(ops)
 		ops = slices.Grow(ops, len(sc.runs))[:n+len(sc.runs)]
 		for j := range sc.runs {
@@ -300,6 +303,25 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 		out.TokenLists = pl.TokenLists
 	}
 	return out, err
+}
+
+// mergeRuns sorts the runs of one part by source offset and merges those
+// that continue each other on both sides. The interpreter walks a token
+// list at the outermost T loop, so where a layout puts other axes between
+// its T digits, runs that continue each other are not emitted one after
+// the other; in source order they are, and the result is the fewest runs.
+func mergeRuns(runs []kernel.Run) []kernel.Run {
+	slices.SortFunc(runs, func(a, b kernel.Run) int {
+		if a.SrcRegion != b.SrcRegion {
+			return int(a.SrcRegion - b.SrcRegion)
+		}
+		return a.Src - b.Src
+	})
+	out := runs[:0]
+	for _, r := range runs {
+		out = kernel.Emit(out, r)
+	}
+	return out
 }
 
 // tokenLists holds the common tokens of each part token set a plan met

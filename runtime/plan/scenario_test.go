@@ -102,15 +102,7 @@ func checkPlan(t *testing.T, name string, m *manifest.Manifest, p *plan.Planner,
 	got := expand(p, tpl, slot, m.Descriptor.ItemSize)
 	require.Equal(t, len(want), len(got), name)
 	require.True(t, slices.Equal(want, got), "%s: the plan's byte mapping differs from the layout model's", name)
-	srcL, err := plan.Layout(m)
-	require.NoError(t, err)
-	if tpl.TokenLists && (srcL.SplitOf(compiler.T) > 0 || g.Layout.SplitOf(compiler.T) > 0) {
-		// A token list gathers the T loops of a split T: its runs may be
-		// more than the fewest.
-		require.GreaterOrEqual(t, len(tpl.Ops), maximalRuns(want, m.Descriptor.ItemSize), "%s: op count", name)
-	} else {
-		require.Equal(t, maximalRuns(want, m.Descriptor.ItemSize), len(tpl.Ops), "%s: op count", name)
-	}
+	require.Equal(t, maximalRuns(want, m.Descriptor.ItemSize), len(tpl.Ops), "%s: op count", name)
 }
 
 // elem is one element moved: from offset src of part to offset dst of region.
