@@ -311,12 +311,16 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 // its T digits, runs that continue each other are not emitted one after
 // the other; in source order they are, and the result is the fewest runs.
 func mergeRuns(runs []kernel.Run) []kernel.Run {
-	slices.SortFunc(runs, func(a, b kernel.Run) int {
+	less := func(a, b kernel.Run) int {
 		if a.SrcRegion != b.SrcRegion {
 			return int(a.SrcRegion - b.SrcRegion)
 		}
 		return a.Src - b.Src
-	})
+	}
+	if slices.IsSortedFunc(runs, less) {
+		return runs // emitted in source order: already merged
+	}
+	slices.SortFunc(runs, less)
 	out := runs[:0]
 	for _, r := range runs {
 		out = kernel.Emit(out, r)
