@@ -123,7 +123,8 @@ func TestCalibrateUsageErrors(t *testing.T) {
 }
 
 // TestCalibrateOut measures the stores (a few seconds) and writes the
-// costs file, which plan then loads: every figure within its bounds.
+// costs file, which plan then loads: every figure within its bounds; with
+// --json, the file is printed.
 func TestCalibrateOut(t *testing.T) {
 	if testing.Short() || benchRace {
 		t.Skip("measures the stores; not in -short mode or under the race detector")
@@ -148,4 +149,12 @@ func TestCalibrateOut(t *testing.T) {
 	code, _, stderr = runArgs("plan", "--model", planModel, "--src", "tp=1,pp=3,layout=PLHD", "--dst", "tp=2,pp=2,rank=1/0,layout=page_first",
 		"--strategy", "auto", "--transport", "file", "--costs", out)
 	require.Equal(t, 0, code, stderr)
+
+	// --json prints the costs file instead of the measurements.
+	code, stdout, stderr = runArgs("bench", "--calibrate", "--json")
+	require.Equal(t, 0, code, stderr)
+	require.True(t, strings.HasPrefix(stdout, "{\n  \"measured\": \"kvreshard bench --calibrate at "), stdout)
+	ts, err = plan.ParseTransports([]byte(stdout))
+	require.NoError(t, err)
+	require.NotEqual(t, plan.DefaultTransports()["file"], ts["file"])
 }
