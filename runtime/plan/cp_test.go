@@ -266,3 +266,41 @@ func TestCPBindingErrors(t *testing.T) {
 	_, err = plan.NewGeometry(&d, plan.Binding{Layout: t4, Layers: []int{0, 1}, Heads: 1, Slots: 1, Tokens: manifest.TokenSet{CPSize: 8, CPRank: 1, Interleave: 1}})
 	require.EqualError(t, err, "layout t4pool splits T by 4, which does not divide the 2 tokens a rank of cp 8 holds")
 }
+
+// A staged read of a CP part whose tokens are the reader's reads the part
+// whole and moves it with the pair's copy kernel, on a page of the tokens
+// both hold; a part of other tokens is copied run by run. Either way the
+// pool gets every element.
+func TestCPStagedWholeParts(t *testing.T) {
+	mha := desc(4, 4, []int{8, 8}, "fp16", 32)
+	for _, tc := range []struct {
+		name   string
+		dst    placement.Topology
+		rank   placement.Rank
+		kernel bool
+	}{
+		{"same tokens", placement.Topology{TP: 1, PP: 1, CP: 2, Interleave: 4}, placement.Rank{CP: 1}, true},
+		{"other tokens", placement.Topology{TP: 1, PP: 1, CP: 4, Interleave: 1}, placement.Rank{CP: 3}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := scenario{d: mha, src: placement.Topology{TP: 1, PP: 1, CP: 2, Interleave: 4}, srcL: builtin(t, "PLHD"),
+				dst: tc.dst, rank: tc.rank, dstL: builtin(t, "page_head"), slots: 3, slot: 1,
+				opts: plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}}
+			m, p := s.build(t)
+			tpl, err := p.Template(m)
+			require.NoError(t, err)
+			require.Equal(t, plan.Staged, tpl.Strategy)
+			kernel := false
+			for _, r := range tpl.Reads {
+				kernel = kernel || r.Kernel
+			}
+			require.Equal(t, tc.kernel, kernel, "a read moved by the copy kernel")
+			seed := content.Seed("page/" + tc.name)
+			parts := fillParts(t, m, seed)
+			g := p.Geometry()
+			regions := g.NewRegions()
+			execute(t, p, tpl, s.slot, parts, regions, p.StageBound())
+			require.NoError(t, content.Verify(g, regions, s.slot, seed))
+		})
+	}
+}

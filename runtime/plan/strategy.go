@@ -347,20 +347,26 @@ func (p *Planner) partCopy(m *manifest.Manifest, k *kernel.Kernels, i int) *part
 	d, b, part := p.geo.Desc, &p.geo.Binding, m.Parts[i]
 	h0 := max(part.HeadStart, b.HeadStart)
 	h1 := min(part.HeadStart+part.HeadCount, b.HeadStart+b.Heads)
+	// A whole-part copy moves a page of the tokens both sides hold; parts
+	// whose token set differs from the binding's (context parallelism)
+	// copy op by op, so their bytes are left 0 and never match a read.
+	pt, bt := part.TokenSet.Norm(), b.Tokens.Norm()
+	same := pt == bt || pt.All() && bt.All()
+	tokens := pt.Tokens(d.PageSize)
 	cp := &partCopy{k: k, prob: kernel.Problem{
 		ItemSize: d.ItemSize,
-		PageSize: d.PageSize,
+		PageSize: tokens,
 		Dims:     d.HeadDims,
-		Src:      kernel.Side{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true},
-		Dst:      kernel.Side{Layers: len(b.Layers), Heads: b.Heads, Slots: b.Slots},
+		Src:      kernel.Side{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true, Tokens: tokens},
+		Dst:      kernel.Side{Layers: len(b.Layers), Heads: b.Heads, Slots: b.Slots, Tokens: bt.Tokens(d.PageSize)},
 		Layers:   commonLayers(nil, part.Layers, b.Layers),
 	}}
-	if h1 <= h0 || len(cp.prob.Layers) == 0 {
+	if !same || h1 <= h0 || len(cp.prob.Layers) == 0 {
 		return cp
 	}
 	cp.prob.SrcHead, cp.prob.DstHead, cp.prob.Heads = h0-part.HeadStart, h0-b.HeadStart, h1-h0
 	for _, dim := range d.HeadDims {
-		cp.bytes += dim * d.ItemSize * d.PageSize * len(cp.prob.Layers) * cp.prob.Heads
+		cp.bytes += dim * d.ItemSize * tokens * len(cp.prob.Layers) * cp.prob.Heads
 	}
 	return cp
 }
