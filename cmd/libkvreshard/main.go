@@ -21,6 +21,11 @@
 // runs in the process that loaded the library (Go does not survive fork:
 // a forked child gets KVR_EFORK instead of a call that may hang) and then
 // calls its Go export in exports.go, which recovers from any panic.
+//
+// A Go function called from C runs on a goroutine locked to the C thread,
+// where every join of a read's copy workers costs two thread wakeups; a
+// read that may start copy workers therefore runs on a goroutine of the
+// library while the C thread waits (readerHandle.offload in handles.go).
 package main
 
 import (
