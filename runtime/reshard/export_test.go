@@ -10,3 +10,9 @@ func SetMinCopyShare(t testing.TB, minBytes int, f func(workers int)) {
 	minCopyShare, testHookCopyWorkers = minBytes, f
 	t.Cleanup(func() { minCopyShare, testHookCopyWorkers = old, nil })
 }
+
+// PartSum is partSum.
+var PartSum = partSum
+
+// SumPrefix is sumPrefix.
+var SumPrefix = sumPrefix

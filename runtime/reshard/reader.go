@@ -474,10 +474,12 @@ type exec struct {
 
 // copyJob is the copy of staged read k of page, whose bytes are src; or
 // the check of part k of page, whose bytes are src, lent by the store when
-// lent is set.
+// lent is set. A check of staged bytes has room: src preceded by the
+// staging bytes reserved for the checksum's prefix (partSum).
 type copyJob struct {
 	page, k int
 	src     []byte
+	room    []byte
 	lent    bool
 }
 
@@ -588,10 +590,11 @@ func (x *exec) add(i int) bool {
 			}
 		}
 		for a := 0; a < len(t.Reads); {
-			b, foot := a, 0
-			for ; b < len(t.Reads) && t.Reads[b].Round == t.Reads[a].Round; b++ {
-				foot = max(foot, t.Reads[b].Stage+t.Reads[b].Len)
+			b := a
+			for b < len(t.Reads) && t.Reads[b].Round == t.Reads[a].Round {
+				b++
 			}
+			foot := roundFoot(t, a, b)
 			base := (x.used + 63) &^ 63
 			if base+foot > len(*x.stage) {
 				if !x.flush() {
@@ -599,8 +602,11 @@ func (x *exec) add(i int) bool {
 				}
 				base = 0
 			}
-			for _, rd := range t.Reads[a:b] {
-				s := base + rd.Stage
+			at := base
+			for k := a; k < b; k++ {
+				rd := &t.Reads[k]
+				s := stageAt(t, k, at)
+				at = s + rd.Len
 				x.segs = append(x.segs, (*x.stage)[s:s+rd.Len])
 				n := len(x.segs)
 				x.ranges = append(x.ranges, store.Range{Key: key, Part: int(rd.Part), Off: rd.Src, Dst: x.segs[n-1 : n : n], Manifest: mk})
@@ -653,7 +659,7 @@ func (x *exec) view(v store.Viewer, i int, mk string) bool {
 		if err == nil && int(rd.Part) != checked && len(b) == t.Manifest.PartBytes(int(rd.Part)) {
 			// A lent part is a whole part: check it, once a page, and
 			// not again once it passed.
-			x.queueCheck(i, int(rd.Part), b, true)
+			x.queueCheck(i, int(rd.Part), b, nil, true)
 			checked = int(rd.Part)
 		}
 		if err != nil {
@@ -678,17 +684,18 @@ func (x *exec) queue(i, k int, src []byte) {
 }
 
 // queueCheck queues the check of the bytes src of part p of page i, read
-// whole (lent by the store when lent is set), against the checksum the part
-// was written with, unless the reader skips checks, the store has no
-// checksum for it, or the reader checked these lent bytes before.
-func (x *exec) queueCheck(i, p int, src []byte, lent bool) {
+// whole (lent by the store when lent is set; staged, with room before them
+// for the checksum's prefix, otherwise), against the checksum the part was
+// written with, unless the reader skips checks, the store has no checksum
+// for it, or the reader checked these lent bytes before.
+func (x *exec) queueCheck(i, p int, src, room []byte, lent bool) {
 	if x.r.opts.SkipPartChecks || p >= len(x.sums[i]) || x.sums[i][p] == 0 {
 		return
 	}
 	if lent && x.r.lent.has(src, x.sums[i][p]) {
 		return
 	}
-	x.checks = append(x.checks, copyJob{page: i, k: p, src: src, lent: lent})
+	x.checks = append(x.checks, copyJob{page: i, k: p, src: src, room: room, lent: lent})
 }
 
 // runChecks runs the queued checks and drops them. When one fails, it
@@ -710,8 +717,7 @@ func (x *exec) runChecks() error {
 	x.parallel(len(jobs), total, func(i int) int { return len(jobs[i].src) }, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			j := &jobs[i]
-			data := [1][]byte{j.src}
-			ok[i] = store.PartChecksum(x.tpls[j.page].Manifest.Key(), j.k, data[:]) == x.sums[j.page][j.k]
+			ok[i] = checkSum(x.tpls[j.page].Manifest.Key(), j, x.sums[j.page][j.k])
 		}
 	})
 	// The first page with a part that does not match; the checks counted
@@ -798,9 +804,10 @@ func (x *exec) parallel(n, total int, size func(i int) int, run func(lo, hi int)
 var testHookCopyWorkers func(workers int)
 
 // stageNeed is the staging buffer the request needs: every staging round
-// of its pages, up to the planner's bound (each round fits the bound), or
-// its largest round when that is larger (a part read whole for
-// CheckParts).
+// of its pages, up to the planner's bound (each round of a plan fits the
+// bound), or its largest round when that is larger (a part read whole for
+// CheckParts; a round of whole parts of about the bound, with the room of
+// their checksums' prefixes, stageAt).
 func (x *exec) stageNeed() int {
 	need, round := 0, 0
 	for _, t := range x.tpls {
@@ -808,10 +815,11 @@ func (x *exec) stageNeed() int {
 			continue
 		}
 		for a := 0; a < len(t.Reads); {
-			b, foot := a, 0
-			for ; b < len(t.Reads) && t.Reads[b].Round == t.Reads[a].Round; b++ {
-				foot = max(foot, t.Reads[b].Stage+t.Reads[b].Len)
+			b := a
+			for b < len(t.Reads) && t.Reads[b].Round == t.Reads[a].Round {
+				b++
 			}
+			foot := roundFoot(t, a, b)
 			need += (foot + 63) &^ 63
 			round = max(round, foot)
 			a = b
@@ -821,10 +829,35 @@ func (x *exec) stageNeed() int {
 }
 
 // whole reports whether staged read k of page i holds its whole part.
-func (x *exec) whole(i, k int) bool {
-	t := x.tpls[i]
+func (x *exec) whole(i, k int) bool { return wholeRead(x.tpls[i], k) }
+
+// wholeRead reports whether staged read k of t holds its whole part.
+func wholeRead(t *plan.Plan, k int) bool {
 	rd := &t.Reads[k]
 	return rd.Src == 0 && rd.Len == t.Manifest.PartBytes(int(rd.Part))
+}
+
+// stageAt returns where in the staging buffer staged read k of t goes when
+// the reads of its round before it end at at: the next multiple of 64
+// that leaves room before it for the prefix of its checksum when it reads
+// a whole part (partSum), so that a check hashes it in place. A round's
+// reads are placed one after the other, in order, from a multiple of 64.
+func stageAt(t *plan.Plan, k, at int) int {
+	if wholeRead(t, k) {
+		at += sumPrefix(t.Manifest.Key())
+	}
+	return (at + 63) &^ 63
+}
+
+// roundFoot returns the staging bytes the reads [a,b) of a round of t take
+// from the start of the round, placed by stageAt: the plan's footprint of
+// the round and a little more, the room of its whole reads' prefixes.
+func roundFoot(t *plan.Plan, a, b int) int {
+	at := 0
+	for k := a; k < b; k++ {
+		at = stageAt(t, k, at) + t.Reads[k].Len
+	}
+	return at
 }
 
 // flush reads the batch, runs the queued copies and those of the staged
@@ -849,13 +882,15 @@ func (x *exec) flush() bool {
 			break
 		}
 		t := x.tpls[u.page]
+		at := u.base
 		for k := u.reads[0]; k < u.reads[1]; k++ {
 			rd := &t.Reads[k]
-			s := u.base + rd.Stage
+			s := stageAt(t, k, at)
+			at = s + rd.Len
 			if x.whole(u.page, k) {
-				x.queueCheck(u.page, int(rd.Part), (*x.stage)[s:s+rd.Len], false)
+				x.queueCheck(u.page, int(rd.Part), (*x.stage)[s:at], (*x.stage)[s-sumPrefix(t.Manifest.Key()):at], false)
 			}
-			x.queue(u.page, k, (*x.stage)[s:s+rd.Len])
+			x.queue(u.page, k, (*x.stage)[s:at])
 		}
 		if u.last {
 			x.ready = u.page + 1
