@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"errors"
-	"fmt"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -38,13 +40,37 @@ func TestRedisSkipped(t *testing.T) {
 }
 
 // TestStartRedisMissing: without redis-server on the PATH, StartRedis
-// returns redistest's reason instead of skipping a test.
+// returns redisserver's reason.
 func TestStartRedisMissing(t *testing.T) {
 	t.Setenv("PATH", "")
 	u, stop, err := StartRedis()
 	require.Empty(t, u)
 	require.Nil(t, stop)
-	require.EqualError(t, err, fmt.Sprintf("redis-server not found; install it (Debian: apt-get install redis-server) or set %s=1 to make this a failure", redistest.RequireEnv))
+	require.EqualError(t, err, "redis-server not found; install it (Debian: apt-get install redis-server)")
+}
+
+// TestStartRedis: StartRedis starts a server at its URL, in a temporary
+// directory; stop kills it and removes the directory.
+func TestStartRedis(t *testing.T) {
+	redistest.Require(t, "redis-server")
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	u, stop, err := StartRedis()
+	require.NoError(t, err)
+	addr, ok := strings.CutPrefix(u, "redis://")
+	require.True(t, ok, u)
+	v, err := redistest.Do(addr, "PING")
+	require.NoError(t, err)
+	require.Equal(t, "PONG", v)
+	entries, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	stop()
+	_, err = redistest.Do(addr, "PING")
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	entries, err = os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, entries)
 }
 
 // TestPlanFigures runs the plans step: the 70B case's op counts, against

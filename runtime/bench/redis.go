@@ -3,13 +3,10 @@ package bench
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"strconv"
-	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -19,58 +16,19 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/store"
 	_ "github.com/kvreshard/kvreshard/runtime/store/redisstore" // redis:// URLs
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
+	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redisserver"
 )
 
-// StartRedis starts a redis-server on a free loopback port with
-// redistest, as the tests do, and returns its URL and how to stop it. The
-// error says why it could not, such as redis-server not being installed.
+// StartRedis starts a redis-server on a free loopback port, in a
+// temporary directory, and returns its URL and how to stop it (which kills
+// the server and removes the directory). The error says why it could not,
+// such as redis-server not being installed.
 func StartRedis() (serverURL string, stop func(), err error) {
-	t := &tb{}
-	defer func() {
-		if r := recover(); r != nil {
-			s, ok := r.(tbStop)
-			if !ok {
-				panic(r)
-			}
-			t.cleanup()
-			serverURL, stop, err = "", nil, errors.New(string(s))
-		}
-	}()
-	srv := redistest.StartServer(t)
-	return srv.URL(), t.cleanup, nil
-}
-
-// tb is what redistest needs of a testing.TB, outside a test: failing or
-// skipping stops the start with a tbStop panic, which StartRedis turns
-// into an error, and cleanups run when the server is stopped.
-type tb struct {
-	testing.TB // not set: the methods below are all redistest calls
-	cleanups   []func()
-}
-
-type tbStop string
-
-func (t *tb) Helper()                        {}
-func (t *tb) Fatal(args ...any)              { panic(tbStop(fmt.Sprint(args...))) }
-func (t *tb) Fatalf(format string, a ...any) { panic(tbStop(fmt.Sprintf(format, a...))) }
-func (t *tb) Skip(args ...any)               { panic(tbStop(fmt.Sprint(args...))) }
-func (t *tb) Cleanup(f func())               { t.cleanups = append(t.cleanups, f) }
-
-func (t *tb) TempDir() string {
-	dir, err := os.MkdirTemp("", "kvreshard-redis-")
+	srv, err := redisserver.Start(context.Background(), redisserver.Options{})
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-func (t *tb) cleanup() {
-	for i := len(t.cleanups) - 1; i >= 0; i-- {
-		t.cleanups[i]()
-	}
-	t.cleanups = nil
+	return srv.URL(), func() { srv.Close() }, nil
 }
 
 // redis measures the Redis figures (redis_vs_get, redis_getrange_vs_get,
