@@ -3,8 +3,8 @@
 // processes that have exited (or were killed) are read by others. Each
 // scenario runs against every backend: the file store, a single
 // redis-server and a three-master Redis Cluster. The servers are started
-// once for the package (redistest: skipped without redis-server, a failure
-// with KVRESHARD_REQUIRE_REDIS=1), each test keeps its pages under its own
+// once for the package with redisserver (skipped without redis-server, a
+// failure with KVRESHARD_REQUIRE_REDIS=1), each test keeps its pages under its own
 // --prefix, and TestMain stops the servers at the end.
 package tests
 
@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +30,7 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/store"
 	_ "github.com/kvreshard/kvreshard/runtime/store/filestore"
 	_ "github.com/kvreshard/kvreshard/runtime/store/redisstore"
+	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redisserver"
 	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
@@ -70,9 +70,21 @@ var backends = []backend{
 	{"cluster", func(t *testing.T) string { return redisCluster.get(t, startCluster).URL() }},
 }
 
-func startServer(tb testing.TB) *redistest.Server { return redistest.StartServer(tb) }
+func startServer() (*redisserver.Server, error) {
+	s, err := redisserver.Start(context.Background(), redisserver.Options{})
+	if err == nil {
+		sharedClose(s.Close)
+	}
+	return s, err
+}
 
-func startCluster(tb testing.TB) *redistest.Cluster { return redistest.StartCluster(tb, 3) }
+func startCluster() (*redisserver.Cluster, error) {
+	c, err := redisserver.StartCluster(context.Background(), 3, redisserver.Options{})
+	if err == nil {
+		sharedClose(c.Close)
+	}
+	return c, err
+}
 
 // forEachBackend runs f as a parallel subtest for each backend, with the
 // store URL and a page key prefix that no other test uses.
@@ -115,87 +127,45 @@ func openStore(t *testing.T, url string) store.Store {
 type shared[T any] struct {
 	once sync.Once
 	v    T
-	tb   sharedTB
+	err  error
 }
 
 var (
-	redisServer  shared[*redistest.Server]
-	redisCluster shared[*redistest.Cluster]
+	redisServer  shared[*redisserver.Server]
+	redisCluster shared[*redisserver.Cluster]
 )
 
-// get starts the value once; when starting skipped or failed (redistest
-// skips without redis-server, or fails with KVRESHARD_REQUIRE_REDIS=1),
-// every test that asks for it skips or fails with the same message.
-func (s *shared[T]) get(t *testing.T, start func(testing.TB) T) T {
+// get starts the value once; when starting failed (redistest.Check skips
+// without redis-server, or fails with KVRESHARD_REQUIRE_REDIS=1), every
+// test that asks for it skips or fails with the same message.
+func (s *shared[T]) get(t *testing.T, start func() (T, error)) T {
 	t.Helper()
-	s.once.Do(func() {
-		done := make(chan struct{})
-		go func() { // Skip and Fatal end this goroutine
-			defer close(done)
-			s.v = start(&s.tb)
-		}()
-		<-done
-	})
-	switch {
-	case s.tb.skipped != "":
-		t.Skip(s.tb.skipped)
-	case s.tb.failed != "":
-		t.Fatal(s.tb.failed)
-	}
+	s.once.Do(func() { s.v, s.err = start() })
+	redistest.Check(t, s.err)
 	return s.v
 }
 
-// sharedTB is the testing.TB of a shared value: its temporary directories
-// and cleanups last until TestMain calls sharedCleanup. It has the methods
-// redistest uses; others panic (the embedded TB is nil).
-type sharedTB struct {
-	testing.TB
-	skipped, failed string
-}
-
 var (
-	cleanupMu sync.Mutex
-	cleanups  []func()
+	closeMu sync.Mutex
+	closers []func() error // of the shared servers
 )
 
-func (*sharedTB) Helper() {}
-
-func (*sharedTB) Cleanup(f func()) {
-	cleanupMu.Lock()
-	defer cleanupMu.Unlock()
-	cleanups = append(cleanups, f)
+// sharedClose adds the close of a shared value, run by sharedCleanup.
+func sharedClose(f func() error) {
+	closeMu.Lock()
+	defer closeMu.Unlock()
+	closers = append(closers, f)
 }
 
-func (s *sharedTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "kvreshard-e2e-redis-")
-	if err != nil {
-		s.Fatal(err)
-	}
-	s.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-func (s *sharedTB) Skip(args ...any) {
-	s.skipped = fmt.Sprint(args...)
-	runtime.Goexit()
-}
-
-func (s *sharedTB) Fatal(args ...any) {
-	s.failed = fmt.Sprint(args...)
-	runtime.Goexit()
-}
-
-func (s *sharedTB) Fatalf(format string, args ...any) { s.Fatal(fmt.Sprintf(format, args...)) }
-
-// sharedCleanup runs the cleanups of the shared values, last first: it
-// kills the Redis servers and removes their directories.
+// sharedCleanup kills the shared Redis servers and removes their
+// directories.
 func sharedCleanup() {
-	cleanupMu.Lock()
-	defer cleanupMu.Unlock()
-	for _, f := range slices.Backward(cleanups) {
+	closeMu.Lock()
+	defer closeMu.Unlock()
+	for _, f := range slices.Backward(closers) {
 		f()
 	}
-	cleanups = nil
+	closers = nil
 }
 
 // proc is one kvreshard process.
