@@ -54,20 +54,31 @@ func BenchmarkChecksumCost(b *testing.B) {
 		require.NoError(b, verifyPage(checked, cregions, slots[i], keys[i]))
 		require.NoError(b, verifyPage(unchecked, uregions, slots[i], keys[i]))
 	}
-	var ratios []float64
-	var tc, tu time.Duration
+	// Each turn reads pipelined and not, checked and not.
+	var ratios, serialRatios, gains []float64
+	var tc, tu, sc, su time.Duration
 	for b.Loop() {
 		c := read(checked, cregions)
 		u := read(unchecked, uregions)
-		tc, tu = tc+c, tu+u
+		reshard.SetPipeline(b, false)
+		c2 := read(checked, cregions)
+		u2 := read(unchecked, uregions)
+		reshard.SetPipeline(b, true)
+		tc, tu, sc, su = tc+c, tu+u, sc+c2, su+u2
 		ratios = append(ratios, float64(u)/float64(c))
+		serialRatios = append(serialRatios, float64(u2)/float64(c2))
+		gains = append(gains, float64(c2)/float64(c))
 	}
-	slices.Sort(ratios)
+	med := func(s []float64) float64 { slices.Sort(s); return s[len(s)/2] }
 	n := float64(len(ratios))
 	bytes := n * pages * float64(m.PartBytes(0))
-	b.ReportMetric(ratios[len(ratios)/2], "checked/unchecked")
+	b.ReportMetric(med(ratios), "checked/unchecked")
+	b.ReportMetric(med(serialRatios), "serial-checked/unchecked")
+	b.ReportMetric(med(gains), "pipelined/serial-checked")
 	b.ReportMetric(bytes/tc.Seconds()/1e9, "checked-GB/s")
 	b.ReportMetric(bytes/tu.Seconds()/1e9, "unchecked-GB/s")
+	b.ReportMetric(bytes/sc.Seconds()/1e9, "serial-checked-GB/s")
+	b.ReportMetric(bytes/su.Seconds()/1e9, "serial-unchecked-GB/s")
 	require.Positive(b, checked.Stats().PartsChecked)
 	require.Zero(b, unchecked.Stats().PartsChecked)
 }

@@ -16,3 +16,21 @@ var PartSum = partSum
 
 // SumPrefix is sumPrefix.
 var SumPrefix = sumPrefix
+
+// SetPipeline turns the pipelining of staged batches on or off until t
+// ends.
+func SetPipeline(t testing.TB, on bool) {
+	old := pipeline
+	pipeline = on
+	t.Cleanup(func() { pipeline = old })
+}
+
+// SetPipeBatch makes pipelined batches fill n staging bytes at most when
+// their rounds are smaller, and calls launched (when not nil) on the
+// goroutine of each batch put in flight before its checks and copies
+// run, until t ends.
+func SetPipeBatch(t testing.TB, n int, launched func()) {
+	old := pipeBatch
+	pipeBatch, testHookLaunch = n, launched
+	t.Cleanup(func() { pipeBatch, testHookLaunch = old, nil })
+}

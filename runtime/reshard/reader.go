@@ -30,6 +30,11 @@ type ReaderOptions struct {
 	// staged pages, the calling one included: 0 means GOMAXPROCS, 1 runs
 	// every copy on the calling goroutine. Each worker is given at least
 	// 512 KiB to copy, so groups under 1 MiB run on the calling goroutine.
+	// With 2 or more, the staged batches of a request that stages more
+	// than 4 MiB and more than its largest staging round (of at most half
+	// the staging bound) are pipelined: the checks and copies of a batch
+	// run on up to CopyWorkers other goroutines while the calling one
+	// reads the next batch into the other half of the staging buffer.
 	CopyWorkers int
 	// CheckParts reads every part the rank needs whole, in part order,
 	// and checks each against the checksum it was written with before any
@@ -283,7 +288,7 @@ func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [
 			break
 		}
 	}
-	x.flush()
+	x.flush(true)
 	res.Hit = x.hit
 	for _, t := range tpls[:x.hit] {
 		res.Bytes += t.Bytes
@@ -443,6 +448,16 @@ func (r *Reader) wholeParts(tpl *plan.Plan) *plan.Plan {
 // passed and every copy of it done; nothing of a staged page that failed
 // is copied out of staging, unless its staging took more than one batch
 // (direct and scatter ranges land in the pool as they are read).
+//
+// With two copy workers or more, staged batches are pipelined when the
+// staging bound holds two rounds or more: the staging buffer is split in
+// two halves, and while the checks and copies of the batch read into one
+// run on other goroutines (in flight), the calling goroutine reads the
+// next batch into the other. The checks and copies of a batch start only
+// once those of the batch before are done, and not at all when they
+// failed; a batch with direct or scatter ranges is read only then too. So
+// pages still complete in order, and nothing of a page after one that
+// failed reaches the pool.
 type exec struct {
 	r       *Reader
 	ctx     context.Context
@@ -459,17 +474,30 @@ type exec struct {
 	units  []unit
 	start  int // first range of the batch
 	stage  *[]byte
-	used   int      // staging bytes the batch uses
+	half   int      // bytes of a half of the staging buffer when batches are pipelined, 0 when not
+	lo, hi int      // the staging bytes the batch may use
+	used   int      // the end of the staging bytes the batch uses
+	direct bool     // the batch has ranges that read into the pool
 	views  [][]byte // the reads of a page a store lends (view)
 
-	copies    []copyJob // queued, in page order
+	q     batch      // the checks and copies queued
+	fly   batch      // those in flight, when flying
+	done  chan error // the error of the batch in flight
+	ready int        // pages read in full once the queued checks pass and copies run
+
+	flying bool
+	hit    int   // pages read in full
+	err    error // why the reads stopped
+}
+
+// batch is the checks and copies of a batch of reads, and the pages read in
+// full once they pass and run.
+type batch struct {
+	copies    []copyJob // in page order
 	copyBytes int       // their source bytes
 	checks    []copyJob // whole parts to check before the copies, in page order (k: the part)
 	checkOK   []bool    // the result of each check
-	ready     int       // pages read in full once the queued checks pass and copies run
-
-	hit int   // pages read in full
-	err error // why the reads stopped
+	ready     int
 }
 
 // copyJob is the copy of staged read k of page, whose bytes are src; or
@@ -553,17 +581,15 @@ func (r *Reader) newExec(ctx context.Context, tpls []*plan.Plan, sums [][]uint64
 		b.segs = make([][]byte, 0, ns)
 	}
 	return &exec{r: r, ctx: ctx, tpls: tpls, sums: sums, keys: keys, slots: slots, regions: regions,
-		bufs: b, ranges: b.ranges[:0], segs: b.segs[:0], copies: b.copies[:0], checks: b.checks[:0], checkOK: b.checkOK, delta: make([]int, len(regions))}
+		bufs: b, ranges: b.ranges[:0], segs: b.segs[:0], q: b.q, fly: b.fly, delta: make([]int, len(regions))}
 }
 
 // execBufs are the ranges, segments and copies of a request, reused by
 // the next (a large request has a range or segment per run of every page).
 type execBufs struct {
-	ranges  []store.Range
-	segs    [][]byte
-	copies  []copyJob
-	checks  []copyJob
-	checkOK []bool
+	ranges []store.Range
+	segs   [][]byte
+	q, fly batch
 }
 
 // add adds the ranges of page i, reading the batch first when the page's
@@ -585,9 +611,15 @@ func (x *exec) add(i int) bool {
 		}
 		if x.stage == nil {
 			x.stage = x.r.stages.Get().(*[]byte)
-			if need := x.stageNeed(); len(*x.stage) < need {
+			need, half := x.stageNeed()
+			if len(*x.stage) < need {
 				*x.stage = make([]byte, need)
 			}
+			x.half, x.lo, x.hi = half, 0, len(*x.stage)
+			if half > 0 {
+				x.hi = half
+			}
+			x.used = x.lo
 		}
 		for a := 0; a < len(t.Reads); {
 			b := a
@@ -596,11 +628,11 @@ func (x *exec) add(i int) bool {
 			}
 			foot := roundFoot(t, a, b)
 			base := (x.used + 63) &^ 63
-			if base+foot > len(*x.stage) {
-				if !x.flush() {
+			if base+foot > x.hi {
+				if !x.flush(false) {
 					return false
 				}
-				base = 0
+				base = x.lo
 			}
 			at := base
 			for k := a; k < b; k++ {
@@ -634,6 +666,7 @@ func (x *exec) add(i int) bool {
 		}
 	}
 	x.units = append(x.units, unit{page: i, end: len(x.ranges), last: true})
+	x.direct = true
 	return true
 }
 
@@ -643,7 +676,7 @@ func (x *exec) add(i int) bool {
 // any copy runs, so a page that fails leaves its slot untouched. It returns
 // false when a part could not be viewed.
 func (x *exec) view(v store.Viewer, i int, mk string) bool {
-	if x.start < len(x.ranges) && !x.flush() {
+	if x.start < len(x.ranges) && !x.flush(false) {
 		return false
 	}
 	t, key := x.tpls[i], x.keys[i]
@@ -663,7 +696,7 @@ func (x *exec) view(v store.Viewer, i int, mk string) bool {
 			checked = int(rd.Part)
 		}
 		if err != nil {
-			x.dropFrom(i)
+			x.q.dropFrom(i)
 			x.err = err
 			return false
 		}
@@ -679,8 +712,8 @@ func (x *exec) view(v store.Viewer, i int, mk string) bool {
 
 // queue queues the copy of staged read k of page i from src.
 func (x *exec) queue(i, k int, src []byte) {
-	x.copies = append(x.copies, copyJob{page: i, k: k, src: src})
-	x.copyBytes += len(src)
+	x.q.copies = append(x.q.copies, copyJob{page: i, k: k, src: src})
+	x.q.copyBytes += len(src)
 }
 
 // queueCheck queues the check of the bytes src of part p of page i, read
@@ -695,21 +728,21 @@ func (x *exec) queueCheck(i, p int, src, room []byte, lent bool) {
 	if lent && x.r.lent.has(src, x.sums[i][p]) {
 		return
 	}
-	x.checks = append(x.checks, copyJob{page: i, k: p, src: src, room: room, lent: lent})
+	x.q.checks = append(x.q.checks, copyJob{page: i, k: p, src: src, room: room, lent: lent})
 }
 
-// runChecks runs the queued checks and drops them. When one fails, it
-// drops the queued copies of its page and of every later page, and
-// returns its error; pages before it are still read in full.
-func (x *exec) runChecks() error {
-	jobs := x.checks
+// runChecks runs the checks of b and drops them. When one fails, it drops
+// the copies of its page and of every later page, lowers b.ready to that
+// page, and returns its error; pages before it are still read in full.
+func (x *exec) runChecks(b *batch) error {
+	jobs := b.checks
 	if len(jobs) == 0 {
 		return nil
 	}
-	if cap(x.checkOK) < len(jobs) {
-		x.checkOK = make([]bool, len(jobs))
+	if cap(b.checkOK) < len(jobs) {
+		b.checkOK = make([]bool, len(jobs))
 	}
-	ok := x.checkOK[:len(jobs)]
+	ok := b.checkOK[:len(jobs)]
 	total := 0
 	for _, j := range jobs {
 		total += len(j.src)
@@ -743,26 +776,26 @@ func (x *exec) runChecks() error {
 			x.r.lent.add(j.src, x.sums[j.page][j.k])
 		}
 	}
-	clear(x.checks)
-	x.checks = x.checks[:0]
+	clear(b.checks)
+	b.checks = b.checks[:0]
 	if bad < 0 {
 		return nil
 	}
-	x.dropFrom(bad)
-	x.ready = min(x.ready, bad)
+	b.dropFrom(bad)
+	b.ready = min(b.ready, bad)
 	return fmt.Errorf("part %d: %w", part, store.ErrChecksum)
 }
 
-// runCopies runs the queued checks, then the queued copies of the pages
-// before the first that failed its check, and counts the pages they
-// complete. It returns the error of the failed check. It splits the
+// run runs the checks of b, then the copies of the pages before the first
+// that failed its check, and drops them. It returns the error of the
+// failed check; b.ready is then the pages read in full. It splits the
 // copies, in order, into shares of about equal bytes, one a worker: the
 // copies of a request write disjoint bytes of the pool (its pages have
 // distinct slots, and the plans are proven to write no byte twice).
-func (x *exec) runCopies() error {
-	err := x.runChecks()
-	jobs := x.copies
-	w := x.parallel(len(jobs), x.copyBytes, func(i int) int { return len(jobs[i].src) }, func(lo, hi int) {
+func (x *exec) run(b *batch) error {
+	err := x.runChecks(b)
+	jobs := b.copies
+	w := x.parallel(len(jobs), b.copyBytes, func(i int) int { return len(jobs[i].src) }, func(lo, hi int) {
 		for _, j := range jobs[lo:hi] {
 			x.r.planner.CopyStaged(x.tpls[j.page], j.k, j.src, x.regions, x.slots[j.page])
 		}
@@ -770,11 +803,55 @@ func (x *exec) runCopies() error {
 	if testHookCopyWorkers != nil && len(jobs) > 0 {
 		testHookCopyWorkers(w)
 	}
-	clear(x.copies)
-	x.copies, x.copyBytes = x.copies[:0], 0
-	x.hit = x.ready
+	clear(b.copies)
+	b.copies, b.copyBytes = b.copies[:0], 0
 	return err
 }
+
+// launch starts the checks and copies queued on another goroutine, in
+// flight until settle, with the pages read in full once they ran.
+func (x *exec) launch() {
+	x.q.ready = x.ready
+	x.q, x.fly = x.fly, x.q
+	if x.done == nil {
+		x.done = make(chan error, 1)
+	}
+	x.flying = true
+	go func() {
+		if testHookLaunch != nil {
+			testHookLaunch()
+		}
+		x.done <- x.run(&x.fly)
+	}()
+}
+
+// settle waits for the batch in flight, if any, counts the pages it
+// completed, and returns its error.
+func (x *exec) settle() error {
+	if !x.flying {
+		return nil
+	}
+	x.flying = false
+	err := <-x.done
+	x.hit = x.fly.ready
+	if err != nil {
+		x.ready = x.fly.ready
+	}
+	return err
+}
+
+// runQueued runs the checks and copies queued on the calling goroutine
+// (and up to CopyWorkers-1 others), and counts the pages they complete.
+func (x *exec) runQueued() error {
+	x.q.ready = x.ready
+	err := x.run(&x.q)
+	x.hit, x.ready = x.q.ready, x.q.ready
+	return err
+}
+
+// testHookLaunch, when set, is called on the goroutine of each batch put in
+// flight before its checks and copies run.
+var testHookLaunch func()
 
 // parallel runs run over jobs [0,n), whose sizes sum to total bytes, split
 // in order into shares of about equal bytes, one a worker, on up to
@@ -807,9 +884,12 @@ var testHookCopyWorkers func(workers int)
 // of its pages, up to the planner's bound (each round of a plan fits the
 // bound), or its largest round when that is larger (a part read whole for
 // CheckParts; a round of whole parts of about the bound, with the room of
-// their checksums' prefixes, stageAt).
-func (x *exec) stageNeed() int {
-	need, round := 0, 0
+// their checksums' prefixes, stageAt). When batches can be pipelined (two
+// copy workers or more, two rounds or more, two of the largest within the
+// bound, more than one half), half is the size of each half of it: the
+// largest round, or more up to pipeBatch and half the bound.
+func (x *exec) stageNeed() (need, half int) {
+	round, rounds := 0, 0
 	for _, t := range x.tpls {
 		if t.Strategy != plan.Staged {
 			continue
@@ -822,11 +902,30 @@ func (x *exec) stageNeed() int {
 			foot := roundFoot(t, a, b)
 			need += (foot + 63) &^ 63
 			round = max(round, foot)
+			rounds++
 			a = b
 		}
 	}
-	return max(min(need, x.r.planner.StageBound()), round)
+	bound := x.r.planner.StageBound()
+	if pipeline && x.r.opts.CopyWorkers > 1 && rounds > 1 && 2*round <= bound {
+		if half = (max(round, min(bound/2, pipeBatch)) + 63) &^ 63; need > half {
+			return 2 * half, half
+		}
+	}
+	return max(min(need, bound), round), 0
 }
+
+// pipeBatch is the staging bytes a pipelined batch fills when its rounds
+// are smaller: large enough that a batch's goroutines and store call cost
+// little against its bytes, small enough that a request of a few batches
+// has most of its reads overlap checks and copies. A variable only for the
+// tests.
+var pipeBatch = 4 << 20
+
+// pipeline turns the pipelining of staged batches on: a variable only for
+// the tests and benchmarks that compare it with batches one after the
+// other.
+var pipeline = true
 
 // whole reports whether staged read k of page i holds its whole part.
 func (x *exec) whole(i, k int) bool { return wholeRead(x.tpls[i], k) }
@@ -860,10 +959,51 @@ func roundFoot(t *plan.Plan, a, b int) int {
 	return at
 }
 
-// flush reads the batch, runs the queued copies and those of the staged
-// rounds read in full, and counts the pages done. It returns false when a
-// read failed.
-func (x *exec) flush() bool {
+// flush reads the batch and queues the checks and copies of the staged
+// rounds read in full. Once the batch in flight is done, it runs them: on
+// the calling goroutine when last is set, when the read failed or when
+// batches are not pipelined; in flight otherwise, and the next batch then
+// fills the other half of the staging buffer. It returns false when a read
+// or a check failed (in this batch or the one in flight).
+func (x *exec) flush(last bool) bool {
+	var err error
+	if x.direct {
+		// Its direct and scatter ranges land in the pool as they are read:
+		// not before every page before them passed its checks.
+		err = x.settle()
+	}
+	if err == nil {
+		err = x.read()
+		if ferr := x.settle(); ferr != nil {
+			// A page before those of this batch failed.
+			x.q.dropFrom(0)
+			err = ferr
+		} else if err != nil || last || x.half == 0 {
+			if cerr := x.runQueued(); cerr != nil {
+				// A page before the one whose read failed, if any.
+				err = cerr
+			}
+		} else {
+			x.launch()
+			if x.lo == 0 {
+				x.lo, x.hi = x.half, 2*x.half
+			} else {
+				x.lo, x.hi = 0, x.half
+			}
+		}
+	}
+	x.units, x.start, x.used, x.direct = x.units[:0], len(x.ranges), x.lo, false
+	if err != nil {
+		x.q.dropFrom(0)
+		x.err = err
+		return false
+	}
+	return true
+}
+
+// read reads the batch, queues the checks and copies of the staged rounds
+// read in full, and returns the error of a read that failed.
+func (x *exec) read() error {
 	batch := x.ranges[x.start:]
 	done, err := 0, error(nil)
 	if len(batch) > 0 {
@@ -878,7 +1018,7 @@ func (x *exec) flush() bool {
 	for _, u := range x.units {
 		if u.end-x.start > done {
 			// Nothing of the page that failed reaches the pool.
-			x.dropFrom(x.ready)
+			x.q.dropFrom(x.ready)
 			break
 		}
 		t := x.tpls[u.page]
@@ -896,49 +1036,41 @@ func (x *exec) flush() bool {
 			x.ready = u.page + 1
 		}
 	}
-	if cerr := x.runCopies(); cerr != nil {
-		// A page before the one whose read failed, if any.
-		err = cerr
-	}
-	x.units, x.start, x.used = x.units[:0], len(x.ranges), 0
-	if err != nil {
-		x.err = err
-		return false
-	}
-	return true
+	return err
 }
 
-// dropFrom drops the queued copies and checks of page p and the pages
-// after it (they are queued in page order), so that nothing of a page that
+// dropFrom drops the copies and checks of b of page p and the pages after
+// it (they are queued in page order), so that nothing of a page that
 // failed reaches the pool.
-func (x *exec) dropFrom(p int) {
-	n := len(x.copies)
-	for n > 0 && x.copies[n-1].page >= p {
+func (b *batch) dropFrom(p int) {
+	n := len(b.copies)
+	for n > 0 && b.copies[n-1].page >= p {
 		n--
-		x.copyBytes -= len(x.copies[n].src)
+		b.copyBytes -= len(b.copies[n].src)
 	}
-	clear(x.copies[n:])
-	x.copies = x.copies[:n]
-	n = len(x.checks)
-	for n > 0 && x.checks[n-1].page >= p {
+	clear(b.copies[n:])
+	b.copies = b.copies[:n]
+	n = len(b.checks)
+	for n > 0 && b.checks[n-1].page >= p {
 		n--
 	}
-	clear(x.checks[n:])
-	x.checks = x.checks[:n]
+	clear(b.checks[n:])
+	b.checks = b.checks[:n]
 }
 
 // release returns the staging buffer and the range, segment and copy
-// buffers, which drop their references to the pool first (runCopies
-// clears the copies).
+// buffers, which drop their references to the pool first (run clears the
+// copies), once no batch is in flight (the last flush settled it).
 func (x *exec) release() {
+	_ = x.settle()
 	if x.stage != nil {
 		x.r.stages.Put(x.stage)
 		x.stage = nil
 	}
 	clear(x.ranges)
 	clear(x.segs)
-	clear(x.checks)
-	x.bufs.ranges, x.bufs.segs, x.bufs.copies, x.bufs.checks, x.bufs.checkOK = x.ranges[:0], x.segs[:0], x.copies[:0], x.checks[:0], x.checkOK
+	x.q.dropFrom(0)
+	x.bufs.ranges, x.bufs.segs, x.bufs.q, x.bufs.fly = x.ranges[:0], x.segs[:0], x.q, x.fly
 	x.r.bufs.Put(x.bufs)
 	x.bufs = nil
 }
