@@ -215,7 +215,7 @@ func TestReadBench(t *testing.T) {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		reads := args[3]
-		require.Regexp(t, `^read of 1 pages \(2621440 bytes\): best \d+\.\d{4} s, median \d+\.\d{4} s \(`+reads+` reads\)\n$`, string(out))
+		require.Regexp(t, `^read of 1 pages \(2621440 bytes\): best \d+\.\d{3} ms, median \d+\.\d{3} ms \(`+reads+` reads\)\n$`, string(out))
 	}
 	out, err := exec.Command(bin, "readbench", url, "2", "1").CombinedOutput()
 	require.Error(t, err)

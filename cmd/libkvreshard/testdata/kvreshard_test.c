@@ -1052,8 +1052,8 @@ static int readbench(const char *url, int pages, int rounds, int copy_workers) {
         }
     }
     qsort(t, rounds, sizeof *t, cmp_double);
-    printf("read of %d pages (%" PRId64 " bytes): best %.4f s, median %.4f s (%d reads)\n", pages, res.bytes, t[0],
-           t[rounds / 2], rounds);
+    printf("read of %d pages (%" PRId64 " bytes): best %.3f ms, median %.3f ms (%d reads)\n", pages, res.bytes,
+           t[0] * 1e3, t[rounds / 2] * 1e3, rounds);
     kvr_reader_close(r, err, sizeof err);
     kvr_store_close(st, err, sizeof err);
     free(b[0]), free(b[1]), free(kb), free(off), free(slots), free(t);
