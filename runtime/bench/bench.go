@@ -47,6 +47,15 @@
 //	                          store, part checksums checked, against the
 //	                          same reads with reshard.ReaderOptions
 //	                          SkipPartChecks
+//	python_vs_go_read         resharded reads from the file store through
+//	                          the Python package (python3 -m
+//	                          kvreshard.bench --serve over libkvreshard,
+//	                          built for the run) against the Go reader,
+//	                          same pages, pools of the same layout and size,
+//	                          timed in turns
+//	python_call_us            one empty batch call, Reader.read([], []),
+//	                          through the Python package, against the
+//	                          library's cheapest call through ctypes
 //
 // Times are the best of several runs, and the kernel ratios the median of
 // turns taken in alternation with their baselines: the machine may be
@@ -87,6 +96,7 @@ var Names = []string{
 	"plan_build_us_70b", "plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b",
 	"reshard_vs_identity_mem", "gapped_vs_contiguous_mem", "reshard_gbps_file", "redis_vs_get", "redis_getrange_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
 	"auto_regret_file", "auto_regret_redis", "checksum_cost",
+	"python_vs_go_read", "python_call_us",
 }
 
 // Options configure a run.
@@ -106,10 +116,15 @@ type Options struct {
 	// Steps, when set, runs only the steps of these names (Steps lists
 	// them), and the steps they need.
 	Steps []string
+	// Python is the interpreter of the Python figures (default
+	// DefaultPython) and Go the go command that builds libkvreshard for
+	// them (default: go on the PATH); either missing, or an interpreter
+	// without numpy, skips those figures with the reason.
+	Python, Go string
 }
 
 // Steps are the steps of a run, in order.
-var Steps = []string{"kernels", "plans", "pages", "memory store", "file store", "redis store"}
+var Steps = []string{"kernels", "plans", "pages", "memory store", "file store", "redis store", "python"}
 
 // sizes are the run's repetitions and pages.
 type sizes struct {
@@ -147,6 +162,7 @@ func Run(ctx context.Context, o Options) ([]Figure, error) {
 		{"memory store", c.memory},
 		{"file store", c.file},
 		{"redis store", c.redis},
+		{"python", c.python},
 	}
 	if o.Steps != nil {
 		keep := steps[:0]
@@ -181,7 +197,7 @@ func Run(ctx context.Context, o Options) ([]Figure, error) {
 // needsPages reports whether steps read pages.
 func needsPages(steps []string) bool {
 	for _, s := range steps {
-		if strings.HasSuffix(s, " store") {
+		if strings.HasSuffix(s, " store") || s == "python" {
 			return true
 		}
 	}
