@@ -17,7 +17,9 @@ import (
 // measured here even under make test): one JSON line with every figure, in
 // order, each with a value and a baseline. With redis-server installed the
 // Redis figures are measured too; without it they are skipped with the
-// reason, unless KVRESHARD_REQUIRE_REDIS=1 makes that a failure.
+// reason, unless KVRESHARD_REQUIRE_REDIS=1 makes that a failure. So are
+// the Python figures without /usr/bin/python3 and numpy, unless
+// KVRESHARD_REQUIRE_PYTHON=1.
 func TestBenchQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the quick benchmark suite (about ten seconds); not in -short mode")
@@ -37,9 +39,14 @@ func TestBenchQuick(t *testing.T) {
 	require.NoError(t, json.Unmarshal(p.stdout.Bytes(), &out))
 	var names []string
 	_, lookErr := exec.LookPath("redis-server")
+	numpyErr := exec.Command(python, "-c", "import numpy").Run()
 	for _, f := range out.Figures {
 		names = append(names, f.Name)
 		require.NotEmpty(t, f.Unit, f.Name)
+		if f.Skipped != "" && strings.HasPrefix(f.Name, "python_") {
+			require.False(t, numpyErr == nil || os.Getenv("KVRESHARD_REQUIRE_PYTHON") == "1", "%s skipped although Python and numpy are required or installed: %s", f.Name, f.Skipped)
+			continue
+		}
 		if f.Skipped != "" {
 			require.True(t, strings.HasPrefix(f.Name, "redis_") || strings.HasSuffix(f.Name, "_redis"), "%s skipped: %s", f.Name, f.Skipped)
 			require.False(t, lookErr == nil || os.Getenv(redistest.RequireEnv) == "1", "%s skipped although Redis is required or installed: %s", f.Name, f.Skipped)
@@ -52,5 +59,5 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, []string{"copy_vs_memmove", "copy_vs_memmove_runs", "generated_vs_interpreter", "plan_build_us_70b",
 		"plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b", "reshard_vs_identity_mem", "gapped_vs_contiguous_mem", "reshard_gbps_file",
 		"redis_vs_get", "redis_getrange_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
-		"auto_regret_file", "auto_regret_redis", "checksum_cost"}, names)
+		"auto_regret_file", "auto_regret_redis", "checksum_cost", "python_vs_go_read", "python_call_us"}, names)
 }
