@@ -14,21 +14,24 @@ import (
 )
 
 // ruleCases names, for each rule of the generator, a pair and a kernel in
-// which the rule emits a loop: the layouts' kinds and orders, and whether
-// it is the copy kernel (whose nest follows the destination).
+// which the rule emits a loop: the layouts' kinds and orders, whether it is
+// the copy kernel (whose nest follows the destination), and whether it is
+// the twin for token lists. A case's golden holds the kernel and its twin.
 var ruleCases = []struct {
-	rule     string
-	src, dst string
-	copy     bool
+	rule         string
+	src, dst     string
+	copy, tokens bool
 }{
-	{componentBlocks, "part C T L H D", "pool C S T L H D", false},
-	{"leaf", "part C L H D/8 T D%8", "part C T L D/6 H D%6", false},
-	{"components", "part L C T H D", "pool C S T L H D", false},
-	{"mixed", "part C T/4 L H T%4 D", "part L H T/6 C T%6 D", false},
-	{"copy-rows", "part C T L H D", "pool C S H T L D", true},
-	{"strided", "part C T L H D", "part C L T H D", false},
-	{"strided-outer", "part C T L H D", "pool C S H T L D", false},
-	{"loop", "part C T L H D", "pool C S H T L D", false},
+	{componentBlocks, "part C T L H D", "pool C S T L H D", false, false},
+	{"leaf", "part C L H D/8 T D%8", "part C T L D/6 H D%6", false, false},
+	{"tokens", "part C T L H D", "pool C S T L H D", false, true},
+	{"token-digit", "part C T/4 L T%4 H D", "pool C S H T L D", false, true},
+	{"components", "part L C T H D", "pool C S T L H D", false, false},
+	{"mixed", "part C T/4 L H T%4 D", "part L H T/6 C T%6 D", false, false},
+	{"copy-rows", "part C T L H D", "pool C S H T L D", true, false},
+	{"strided", "part C T L H D", "part C L T H D", false, false},
+	{"strided-outer", "part C T L H D", "pool C S H T L D", false, false},
+	{"loop", "part C T L H D", "pool C S H T L D", false, false},
 }
 
 func layout(t *testing.T, name, decl string) *compiler.Layout {
@@ -55,9 +58,11 @@ func TestRuleGoldens(t *testing.T) {
 			}
 			p, err := compiler.LowerIn(src, dst, iter)
 			require.NoError(t, err)
-			applied := RulesFor(p, c.copy)
+			applied := RulesFor(p, c.copy, c.tokens)
 			require.Contains(t, applied, c.rule, "rules applied: %v\n%s", applied, p)
-			got := fmt.Sprintf("// rules: %v\n%#v\n", applied, kernelFunc(p, FuncSuffix("a", "b"), c.copy))
+			fns := kernelFuncs(p, FuncSuffix("a", "b"), c.copy)
+			got := fmt.Sprintf("// rules: %v\n%#v\n\n// rules of the twin: %v\n%#v\n",
+				RulesFor(p, c.copy, false), fns[0], RulesFor(p, c.copy, true), fns[1])
 			golden := filepath.Join("testdata", "rules", c.rule+".golden")
 			// -update is gen_test's flag, in the same test binary.
 			if f := flag.Lookup("update"); f != nil && f.Value.String() == "true" {
@@ -81,5 +86,5 @@ func TestEveryRuleHasACase(t *testing.T) {
 	for _, r := range Rules() {
 		require.True(t, slices.Contains(covered, r), "rule %s has no case in ruleCases", r)
 	}
-	require.Equal(t, []string{componentBlocks, "leaf", "components", "mixed", "copy-rows", "strided", "strided-outer", "loop"}, Rules())
+	require.Equal(t, []string{componentBlocks, "leaf", "tokens", "token-digit", "components", "mixed", "copy-rows", "strided", "strided-outer", "loop"}, Rules())
 }

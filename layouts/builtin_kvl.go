@@ -6,8 +6,8 @@ import "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Fail to compile against a kernel runtime that does not support this generated code.
 const (
-	_ = kernel.EnforceVersion(kernel.GenVersion - 3)
-	_ = kernel.EnforceVersion(3 - kernel.MinGenVersion)
+	_ = kernel.EnforceVersion(kernel.GenVersion - 4)
+	_ = kernel.EnforceVersion(4 - kernel.MinGenVersion)
 )
 
 func init() {
@@ -19,7 +19,8 @@ func init() {
 			Dst: "part(C T L H D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_4_PLHD_to_PLHD,
+		Range:  range_4_PLHD_to_PLHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_PLHD_to_LPHD,
@@ -29,7 +30,8 @@ func init() {
 			Dst: "part(C L T H D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_4_PLHD_to_LPHD,
+		Range:  range_4_PLHD_to_LPHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_PLHD_to_HPLD,
@@ -39,7 +41,8 @@ func init() {
 			Dst: "part(C H T L D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_4_PLHD_to_HPLD,
+		Range:  range_4_PLHD_to_HPLD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_PLHD_to_page_first,
@@ -49,7 +52,8 @@ func init() {
 			Dst: "pool(C S T L H D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_4_PLHD_to_page_first,
+		Range:  range_4_PLHD_to_page_first,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_PLHD_to_page_first_direct,
@@ -59,7 +63,8 @@ func init() {
 			Dst: "pool(C S L T H D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_4_PLHD_to_page_first_direct,
+		Range:  range_4_PLHD_to_page_first_direct,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_PLHD_to_layer_first,
@@ -69,7 +74,8 @@ func init() {
 			Dst: "pool(C L S T H D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_4_PLHD_to_layer_first,
+		Range:  range_4_PLHD_to_layer_first,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_PLHD_to_page_head,
@@ -79,7 +85,8 @@ func init() {
 			Dst: "pool(C S H T L D)",
 			Src: "part(C T L H D)",
 		},
-		Range: range_4_PLHD_to_page_head,
+		Range:  range_4_PLHD_to_page_head,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_LPHD_to_PLHD,
@@ -89,7 +96,8 @@ func init() {
 			Dst: "part(C T L H D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_4_LPHD_to_PLHD,
+		Range:  range_4_LPHD_to_PLHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_LPHD_to_LPHD,
@@ -99,7 +107,8 @@ func init() {
 			Dst: "part(C L T H D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_4_LPHD_to_LPHD,
+		Range:  range_4_LPHD_to_LPHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_LPHD_to_HPLD,
@@ -109,7 +118,8 @@ func init() {
 			Dst: "part(C H T L D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_4_LPHD_to_HPLD,
+		Range:  range_4_LPHD_to_HPLD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_LPHD_to_page_first,
@@ -119,7 +129,8 @@ func init() {
 			Dst: "pool(C S T L H D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_4_LPHD_to_page_first,
+		Range:  range_4_LPHD_to_page_first,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_LPHD_to_page_first_direct,
@@ -129,7 +140,8 @@ func init() {
 			Dst: "pool(C S L T H D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_4_LPHD_to_page_first_direct,
+		Range:  range_4_LPHD_to_page_first_direct,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_LPHD_to_layer_first,
@@ -139,7 +151,8 @@ func init() {
 			Dst: "pool(C L S T H D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_4_LPHD_to_layer_first,
+		Range:  range_4_LPHD_to_layer_first,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_LPHD_to_page_head,
@@ -149,7 +162,8 @@ func init() {
 			Dst: "pool(C S H T L D)",
 			Src: "part(C L T H D)",
 		},
-		Range: range_4_LPHD_to_page_head,
+		Range:  range_4_LPHD_to_page_head,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_HPLD_to_PLHD,
@@ -159,7 +173,8 @@ func init() {
 			Dst: "part(C T L H D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_4_HPLD_to_PLHD,
+		Range:  range_4_HPLD_to_PLHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_HPLD_to_LPHD,
@@ -169,7 +184,8 @@ func init() {
 			Dst: "part(C L T H D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_4_HPLD_to_LPHD,
+		Range:  range_4_HPLD_to_LPHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_HPLD_to_HPLD,
@@ -179,7 +195,8 @@ func init() {
 			Dst: "part(C H T L D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_4_HPLD_to_HPLD,
+		Range:  range_4_HPLD_to_HPLD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_HPLD_to_page_first,
@@ -189,7 +206,8 @@ func init() {
 			Dst: "pool(C S T L H D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_4_HPLD_to_page_first,
+		Range:  range_4_HPLD_to_page_first,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_HPLD_to_page_first_direct,
@@ -199,7 +217,8 @@ func init() {
 			Dst: "pool(C S L T H D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_4_HPLD_to_page_first_direct,
+		Range:  range_4_HPLD_to_page_first_direct,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_HPLD_to_layer_first,
@@ -209,7 +228,8 @@ func init() {
 			Dst: "pool(C L S T H D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_4_HPLD_to_layer_first,
+		Range:  range_4_HPLD_to_layer_first,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_HPLD_to_page_head,
@@ -219,7 +239,8 @@ func init() {
 			Dst: "pool(C S H T L D)",
 			Src: "part(C H T L D)",
 		},
-		Range: range_4_HPLD_to_page_head,
+		Range:  range_4_HPLD_to_page_head,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_10_page_first_to_PLHD,
@@ -229,7 +250,8 @@ func init() {
 			Dst: "part(C T L H D)",
 			Src: "pool(C S T L H D)",
 		},
-		Range: range_10_page_first_to_PLHD,
+		Range:  range_10_page_first_to_PLHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_10_page_first_to_LPHD,
@@ -239,7 +261,8 @@ func init() {
 			Dst: "part(C L T H D)",
 			Src: "pool(C S T L H D)",
 		},
-		Range: range_10_page_first_to_LPHD,
+		Range:  range_10_page_first_to_LPHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_10_page_first_to_HPLD,
@@ -249,7 +272,8 @@ func init() {
 			Dst: "part(C H T L D)",
 			Src: "pool(C S T L H D)",
 		},
-		Range: range_10_page_first_to_HPLD,
+		Range:  range_10_page_first_to_HPLD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_17_page_first_direct_to_PLHD,
@@ -259,7 +283,8 @@ func init() {
 			Dst: "part(C T L H D)",
 			Src: "pool(C S L T H D)",
 		},
-		Range: range_17_page_first_direct_to_PLHD,
+		Range:  range_17_page_first_direct_to_PLHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_17_page_first_direct_to_LPHD,
@@ -269,7 +294,8 @@ func init() {
 			Dst: "part(C L T H D)",
 			Src: "pool(C S L T H D)",
 		},
-		Range: range_17_page_first_direct_to_LPHD,
+		Range:  range_17_page_first_direct_to_LPHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_17_page_first_direct_to_HPLD,
@@ -279,7 +305,8 @@ func init() {
 			Dst: "part(C H T L D)",
 			Src: "pool(C S L T H D)",
 		},
-		Range: range_17_page_first_direct_to_HPLD,
+		Range:  range_17_page_first_direct_to_HPLD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_11_layer_first_to_PLHD,
@@ -289,7 +316,8 @@ func init() {
 			Dst: "part(C T L H D)",
 			Src: "pool(C L S T H D)",
 		},
-		Range: range_11_layer_first_to_PLHD,
+		Range:  range_11_layer_first_to_PLHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_11_layer_first_to_LPHD,
@@ -299,7 +327,8 @@ func init() {
 			Dst: "part(C L T H D)",
 			Src: "pool(C L S T H D)",
 		},
-		Range: range_11_layer_first_to_LPHD,
+		Range:  range_11_layer_first_to_LPHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_11_layer_first_to_HPLD,
@@ -309,7 +338,8 @@ func init() {
 			Dst: "part(C H T L D)",
 			Src: "pool(C L S T H D)",
 		},
-		Range: range_11_layer_first_to_HPLD,
+		Range:  range_11_layer_first_to_HPLD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_9_page_head_to_PLHD,
@@ -319,7 +349,8 @@ func init() {
 			Dst: "part(C T L H D)",
 			Src: "pool(C S H T L D)",
 		},
-		Range: range_9_page_head_to_PLHD,
+		Range:  range_9_page_head_to_PLHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_9_page_head_to_LPHD,
@@ -329,7 +360,8 @@ func init() {
 			Dst: "part(C L T H D)",
 			Src: "pool(C S H T L D)",
 		},
-		Range: range_9_page_head_to_LPHD,
+		Range:  range_9_page_head_to_LPHD,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_9_page_head_to_HPLD,
@@ -339,7 +371,8 @@ func init() {
 			Dst: "part(C H T L D)",
 			Src: "pool(C S H T L D)",
 		},
-		Range: range_9_page_head_to_HPLD,
+		Range:  range_9_page_head_to_HPLD,
+		Tokens: true,
 	})
 }
 
@@ -355,6 +388,9 @@ func init() {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_4_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_PLHD_to_PLHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -503,6 +539,131 @@ func range_4_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
+// tokenRange_4_PLHD_to_PLHD is range_4_PLHD_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	fullHeads := nH == Hs && nH == Hd
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			n2 := nL
+			run := I * D * nH
+			if fullHeads && consecutive {
+				run *= n2
+				n2 = 1
+			}
+			out = kernel.Grow(out, nr, len(p.Tokens)*n2+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_PLHD_to_PLHD moves part PLHD to part PLHD.
 //
 //	pair PLHD -> PLHD: part(C T L H D) -> part(C T L H D), loops follow the dst
@@ -515,6 +676,10 @@ func range_4_PLHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_4_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_PLHD_to_PLHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -664,6 +829,115 @@ func copy_4_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_PLHD_to_PLHD is copy_4_PLHD_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	fullHeads := nH == Hs && nH == Hd
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			n2 := nL
+			run := I * D * nH
+			if fullHeads && consecutive {
+				run *= n2
+				n2 = 1
+			}
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_PLHD_to_LPHD moves part PLHD to part LPHD.
 //
 //	pair PLHD -> LPHD: part(C T L H D) -> part(C L T H D), loops follow the src
@@ -676,6 +950,9 @@ func copy_4_PLHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_4_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_PLHD_to_LPHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -812,6 +1089,125 @@ func range_4_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
+// tokenRange_4_PLHD_to_LPHD is range_4_PLHD_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Hd
+			ss2 := I * D * Hs
+			ds2 := I * Td * D * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, len(p.Tokens)*nL+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_PLHD_to_LPHD moves part PLHD to part LPHD.
 //
 //	pair PLHD -> LPHD: part(C T L H D) -> part(C L T H D), loops follow the dst
@@ -824,6 +1220,10 @@ func range_4_PLHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_4_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_PLHD_to_LPHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -946,6 +1346,83 @@ func copy_4_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_PLHD_to_LPHD is copy_4_PLHD_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * Td * D * Hd
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_4_PLHD_to_HPLD moves part PLHD to part HPLD.
 //
 //	pair PLHD -> HPLD: part(C T L H D) -> part(C H T L D), loops follow the src
@@ -958,6 +1435,9 @@ func copy_4_PLHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_PLHD_to_HPLD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1083,6 +1563,143 @@ func range_4_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
+// tokenRange_4_PLHD_to_HPLD is range_4_PLHD_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Ld
+			ss2 := I * D * Hs
+			ds2 := I * D
+			ss3 := I * D
+			ds3 := I * Td * D * Ld
+			run := I * D
+			out = kernel.Grow(out, nr, len(p.Tokens)*nL*nH+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive && nH == 1 {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_PLHD_to_HPLD moves part PLHD to part HPLD.
 //
 //	pair PLHD -> HPLD: part(C T L H D) -> part(C H T L D), loops follow the dst
@@ -1095,6 +1712,10 @@ func range_4_PLHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_PLHD_to_HPLD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1238,6 +1859,115 @@ func copy_4_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_PLHD_to_HPLD is copy_4_PLHD_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Ld
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Ld
+			ss3 := I * D * Hs
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_PLHD_to_page_first moves part PLHD to pool page_first.
 //
 //	pair PLHD -> page_first: part(C T L H D) -> pool(C S T L H D), loops follow the src
@@ -1251,6 +1981,9 @@ func copy_4_PLHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_4_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_PLHD_to_page_first(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1400,6 +2133,132 @@ func range_4_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.R
 	return out[:nr]
 }
 
+// tokenRange_4_PLHD_to_page_first is range_4_PLHD_to_page_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	fullHeads := nH == Hs && nH == Hd
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			n2 := nL
+			run := I * D * nH
+			if fullHeads && consecutive {
+				run *= n2
+				n2 = 1
+			}
+			out = kernel.Grow(out, nr, len(p.Tokens)*n2+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_PLHD_to_page_first moves part PLHD to pool page_first.
 //
 //	pair PLHD -> page_first: part(C T L H D) -> pool(C S T L H D), loops follow the dst
@@ -1413,6 +2272,10 @@ func range_4_PLHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.R
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_4_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_PLHD_to_page_first(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1563,6 +2426,116 @@ func copy_4_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_PLHD_to_page_first is copy_4_PLHD_to_page_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	fullHeads := nH == Hs && nH == Hd
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			n2 := nL
+			run := I * D * nH
+			if fullHeads && consecutive {
+				run *= n2
+				n2 = 1
+			}
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_PLHD_to_page_first_direct moves part PLHD to pool page_first_direct.
 //
 //	pair PLHD -> page_first_direct: part(C T L H D) -> pool(C S L T H D), loops follow the src
@@ -1576,6 +2549,9 @@ func copy_4_PLHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_4_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_PLHD_to_page_first_direct(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1713,6 +2689,126 @@ func range_4_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []k
 	return out[:nr]
 }
 
+// tokenRange_4_PLHD_to_page_first_direct is range_4_PLHD_to_page_first_direct with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Hd
+			ss2 := I * D * Hs
+			ds2 := I * Td * D * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, len(p.Tokens)*nL+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_PLHD_to_page_first_direct moves part PLHD to pool page_first_direct.
 //
 //	pair PLHD -> page_first_direct: part(C T L H D) -> pool(C S L T H D), loops follow the dst
@@ -1726,6 +2822,10 @@ func range_4_PLHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []k
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_4_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_PLHD_to_page_first_direct(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1849,6 +2949,84 @@ func copy_4_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_PLHD_to_page_first_direct is copy_4_PLHD_to_page_first_direct with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * Td * D * Hd
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_4_PLHD_to_layer_first moves part PLHD to pool layer_first.
 //
 //	pair PLHD -> layer_first: part(C T L H D) -> pool(C L S T H D), loops follow the src
@@ -1862,6 +3040,9 @@ func copy_4_PLHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_4_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_PLHD_to_layer_first(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1999,6 +3180,126 @@ func range_4_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.
 	return out[:nr]
 }
 
+// tokenRange_4_PLHD_to_layer_first is range_4_PLHD_to_layer_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Hd
+			ss2 := I * D * Hs
+			ds2 := I * Td * D * Hd * Sd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, len(p.Tokens)*nL+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_PLHD_to_layer_first moves part PLHD to pool layer_first.
 //
 //	pair PLHD -> layer_first: part(C T L H D) -> pool(C L S T H D), loops follow the dst
@@ -2012,6 +3313,10 @@ func range_4_PLHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_4_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_PLHD_to_layer_first(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2135,6 +3440,84 @@ func copy_4_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_PLHD_to_layer_first is copy_4_PLHD_to_layer_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * Td * D * Hd * Sd
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_4_PLHD_to_page_head moves part PLHD to pool page_head.
 //
 //	pair PLHD -> page_head: part(C T L H D) -> pool(C S H T L D), loops follow the src
@@ -2148,6 +3531,9 @@ func copy_4_PLHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_PLHD_to_page_head(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2274,6 +3660,144 @@ func range_4_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
+// tokenRange_4_PLHD_to_page_head is range_4_PLHD_to_page_head with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Ld
+			ss2 := I * D * Hs
+			ds2 := I * D
+			ss3 := I * D
+			ds3 := I * Td * D * Ld
+			run := I * D
+			out = kernel.Grow(out, nr, len(p.Tokens)*nL*nH+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive && nH == 1 {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_PLHD_to_page_head moves part PLHD to pool page_head.
 //
 //	pair PLHD -> page_head: part(C T L H D) -> pool(C S H T L D), loops follow the dst
@@ -2287,6 +3811,10 @@ func range_4_PLHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_PLHD_to_page_head(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2431,6 +3959,116 @@ func copy_4_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_PLHD_to_page_head is copy_4_PLHD_to_page_head with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Ld
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Ld
+			ss3 := I * D * Hs
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_LPHD_to_PLHD moves part LPHD to part PLHD.
 //
 //	pair LPHD -> PLHD: part(C L T H D) -> part(C T L H D), loops follow the src
@@ -2443,6 +4081,9 @@ func copy_4_PLHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_4_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_LPHD_to_PLHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2562,6 +4203,95 @@ func range_4_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
+// tokenRange_4_LPHD_to_PLHD is range_4_LPHD_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * D * Hd
+			ss2 := I * D * Hs
+			ds2 := I * D * Ld * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, nL*len(p.Tokens)+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_LPHD_to_PLHD moves part LPHD to part PLHD.
 //
 //	pair LPHD -> PLHD: part(C L T H D) -> part(C T L H D), loops follow the dst
@@ -2574,6 +4304,10 @@ func range_4_LPHD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_4_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_LPHD_to_PLHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2711,6 +4445,109 @@ func copy_4_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_LPHD_to_PLHD is copy_4_LPHD_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * Ts * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_LPHD_to_LPHD moves part LPHD to part LPHD.
 //
 //	pair LPHD -> LPHD: part(C L T H D) -> part(C L T H D), loops follow the src
@@ -2723,6 +4560,9 @@ func copy_4_LPHD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_4_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_LPHD_to_LPHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2853,6 +4693,96 @@ func range_4_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
+// tokenRange_4_LPHD_to_LPHD is range_4_LPHD_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			n1 := nL
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, n1*len(p.Tokens)+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_LPHD_to_LPHD moves part LPHD to part LPHD.
 //
 //	pair LPHD -> LPHD: part(C L T H D) -> part(C L T H D), loops follow the dst
@@ -2865,6 +4795,10 @@ func range_4_LPHD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_4_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_LPHD_to_LPHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2998,6 +4932,84 @@ func copy_4_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_LPHD_to_LPHD is copy_4_LPHD_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			n1 := nL
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_4_LPHD_to_HPLD moves part LPHD to part HPLD.
 //
 //	pair LPHD -> HPLD: part(C L T H D) -> part(C H T L D), loops follow the src
@@ -3010,6 +5022,9 @@ func copy_4_LPHD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_LPHD_to_HPLD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3134,6 +5149,113 @@ func range_4_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
+// tokenRange_4_LPHD_to_HPLD is range_4_LPHD_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * D
+			ss2 := I * D * Hs
+			ds2 := I * D * Ld
+			ss3 := I * D
+			ds3 := I * Td * D * Ld
+			run := I * D
+			out = kernel.Grow(out, nr, nL*len(p.Tokens)*nH+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_LPHD_to_HPLD moves part LPHD to part HPLD.
 //
 //	pair LPHD -> HPLD: part(C L T H D) -> part(C H T L D), loops follow the dst
@@ -3146,6 +5268,10 @@ func range_4_LPHD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_LPHD_to_HPLD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3289,6 +5415,115 @@ func copy_4_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_LPHD_to_HPLD is copy_4_LPHD_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Ld
+			ss2 := I * D * Hs
+			ds2 := I * D * Ld
+			ss3 := I * Ts * D * Hs
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_LPHD_to_page_first moves part LPHD to pool page_first.
 //
 //	pair LPHD -> page_first: part(C L T H D) -> pool(C S T L H D), loops follow the src
@@ -3302,6 +5537,9 @@ func copy_4_LPHD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_4_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_LPHD_to_page_first(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3422,6 +5660,96 @@ func range_4_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.R
 	return out[:nr]
 }
 
+// tokenRange_4_LPHD_to_page_first is range_4_LPHD_to_page_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * D * Hd
+			ss2 := I * D * Hs
+			ds2 := I * D * Ld * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, nL*len(p.Tokens)+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_LPHD_to_page_first moves part LPHD to pool page_first.
 //
 //	pair LPHD -> page_first: part(C L T H D) -> pool(C S T L H D), loops follow the dst
@@ -3435,6 +5763,10 @@ func range_4_LPHD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.R
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_4_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_LPHD_to_page_first(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3573,6 +5905,110 @@ func copy_4_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_LPHD_to_page_first is copy_4_LPHD_to_page_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * Ts * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_LPHD_to_page_first_direct moves part LPHD to pool page_first_direct.
 //
 //	pair LPHD -> page_first_direct: part(C L T H D) -> pool(C S L T H D), loops follow the src
@@ -3586,6 +6022,9 @@ func copy_4_LPHD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_4_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_LPHD_to_page_first_direct(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3717,6 +6156,97 @@ func range_4_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []k
 	return out[:nr]
 }
 
+// tokenRange_4_LPHD_to_page_first_direct is range_4_LPHD_to_page_first_direct with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			n1 := nL
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, n1*len(p.Tokens)+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_LPHD_to_page_first_direct moves part LPHD to pool page_first_direct.
 //
 //	pair LPHD -> page_first_direct: part(C L T H D) -> pool(C S L T H D), loops follow the dst
@@ -3730,6 +6260,10 @@ func range_4_LPHD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []k
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_4_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_LPHD_to_page_first_direct(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3864,6 +6398,85 @@ func copy_4_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_LPHD_to_page_first_direct is copy_4_LPHD_to_page_first_direct with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			n1 := nL
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_4_LPHD_to_layer_first moves part LPHD to pool layer_first.
 //
 //	pair LPHD -> layer_first: part(C L T H D) -> pool(C L S T H D), loops follow the src
@@ -3877,6 +6490,9 @@ func copy_4_LPHD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_4_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_LPHD_to_layer_first(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4003,6 +6619,96 @@ func range_4_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.
 	return out[:nr]
 }
 
+// tokenRange_4_LPHD_to_layer_first is range_4_LPHD_to_layer_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd * Sd
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, nL*len(p.Tokens)+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_LPHD_to_layer_first moves part LPHD to pool layer_first.
 //
 //	pair LPHD -> layer_first: part(C L T H D) -> pool(C L S T H D), loops follow the dst
@@ -4016,6 +6722,10 @@ func range_4_LPHD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_4_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_LPHD_to_layer_first(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -4145,6 +6855,84 @@ func copy_4_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_LPHD_to_layer_first is copy_4_LPHD_to_layer_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd * Sd
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_4_LPHD_to_page_head moves part LPHD to pool page_head.
 //
 //	pair LPHD -> page_head: part(C L T H D) -> pool(C S H T L D), loops follow the src
@@ -4158,6 +6946,9 @@ func copy_4_LPHD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_LPHD_to_page_head(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4283,6 +7074,114 @@ func range_4_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
+// tokenRange_4_LPHD_to_page_head is range_4_LPHD_to_page_head with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * D
+			ss2 := I * D * Hs
+			ds2 := I * D * Ld
+			ss3 := I * D
+			ds3 := I * Td * D * Ld
+			run := I * D
+			out = kernel.Grow(out, nr, nL*len(p.Tokens)*nH+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_LPHD_to_page_head moves part LPHD to pool page_head.
 //
 //	pair LPHD -> page_head: part(C L T H D) -> pool(C S H T L D), loops follow the dst
@@ -4296,6 +7195,10 @@ func range_4_LPHD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_LPHD_to_page_head(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -4440,6 +7343,116 @@ func copy_4_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_LPHD_to_page_head is copy_4_LPHD_to_page_head with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Ld
+			ss2 := I * D * Hs
+			ds2 := I * D * Ld
+			ss3 := I * Ts * D * Hs
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_HPLD_to_PLHD moves part HPLD to part PLHD.
 //
 //	pair HPLD -> PLHD: part(C H T L D) -> part(C T L H D), loops follow the src
@@ -4452,6 +7465,9 @@ func copy_4_LPHD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_HPLD_to_PLHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4594,6 +7610,131 @@ func range_4_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
+// tokenRange_4_HPLD_to_PLHD is range_4_HPLD_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * D
+			ss2 := I * D * Ls
+			ds2 := I * D * Ld * Hd
+			ss3 := I * D
+			ds3 := I * D * Hd
+			run := I * D
+			out = kernel.Grow(out, nr, nH*len(p.Tokens)*nL+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_HPLD_to_PLHD moves part HPLD to part PLHD.
 //
 //	pair HPLD -> PLHD: part(C H T L D) -> part(C T L H D), loops follow the dst
@@ -4606,6 +7747,10 @@ func range_4_HPLD_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_HPLD_to_PLHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -4734,6 +7879,146 @@ func copy_4_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_HPLD_to_PLHD is copy_4_HPLD_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D
+			ds2 := I * D * Hd
+			ss3 := I * Ts * D * Ls
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive && ss2 == nH*ss3 && ds2 == nH*ds3 {
+					if cnt := nL * nH; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss2+p.SrcHead*ss3, d2+int(p.Layers[0].Dst)*ds2+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+						}
+					}
+				} else {
+					if consecutive && nH == 1 {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if cnt := nH; cnt > 0 {
+								s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_HPLD_to_LPHD moves part HPLD to part LPHD.
 //
 //	pair HPLD -> LPHD: part(C H T L D) -> part(C L T H D), loops follow the src
@@ -4746,6 +8031,9 @@ func copy_4_HPLD_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_HPLD_to_LPHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4888,6 +8176,131 @@ func range_4_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
+// tokenRange_4_HPLD_to_LPHD is range_4_HPLD_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * D
+			ss2 := I * D * Ls
+			ds2 := I * D * Hd
+			ss3 := I * D
+			ds3 := I * Td * D * Hd
+			run := I * D
+			out = kernel.Grow(out, nr, nH*len(p.Tokens)*nL+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_HPLD_to_LPHD moves part HPLD to part LPHD.
 //
 //	pair HPLD -> LPHD: part(C H T L D) -> part(C L T H D), loops follow the dst
@@ -4900,6 +8313,10 @@ func range_4_HPLD_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_HPLD_to_LPHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -5027,6 +8444,99 @@ func copy_4_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_HPLD_to_LPHD is copy_4_HPLD_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Hd
+			ss2 := I * D * Ls
+			ds2 := I * D * Hd
+			ss3 := I * Ts * D * Ls
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_HPLD_to_HPLD moves part HPLD to part HPLD.
 //
 //	pair HPLD -> HPLD: part(C H T L D) -> part(C H T L D), loops follow the src
@@ -5039,6 +8549,9 @@ func copy_4_HPLD_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_HPLD_to_HPLD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -5197,6 +8710,137 @@ func range_4_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 	return out[:nr]
 }
 
+// tokenRange_4_HPLD_to_HPLD is range_4_HPLD_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * Td * D * Ld
+			n1 := nH
+			ss2 := I * D * Ls
+			ds2 := I * D * Ld
+			ss3 := I * D
+			ds3 := I * D
+			n3 := nL
+			run := I * D
+			if consecutive {
+				run *= n3
+				n3 = 1
+			}
+			out = kernel.Grow(out, nr, n1*len(p.Tokens)*n3+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := n3; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < n3; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_HPLD_to_HPLD moves part HPLD to part HPLD.
 //
 //	pair HPLD -> HPLD: part(C H T L D) -> part(C H T L D), loops follow the dst
@@ -5209,6 +8853,10 @@ func range_4_HPLD_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_HPLD_to_HPLD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -5368,6 +9016,121 @@ func copy_4_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_HPLD_to_HPLD is copy_4_HPLD_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * Td * D * Ld
+			n1 := nH
+			ss2 := I * D * Ls
+			ds2 := I * D * Ld
+			ss3 := I * D
+			ds3 := I * D
+			n3 := nL
+			run := I * D
+			if consecutive {
+				run *= n3
+				n3 = 1
+			}
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := n3; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < n3; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_HPLD_to_page_first moves part HPLD to pool page_first.
 //
 //	pair HPLD -> page_first: part(C H T L D) -> pool(C S T L H D), loops follow the src
@@ -5381,6 +9144,9 @@ func copy_4_HPLD_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_HPLD_to_page_first(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -5524,6 +9290,132 @@ func range_4_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.R
 	return out[:nr]
 }
 
+// tokenRange_4_HPLD_to_page_first is range_4_HPLD_to_page_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * D
+			ss2 := I * D * Ls
+			ds2 := I * D * Ld * Hd
+			ss3 := I * D
+			ds3 := I * D * Hd
+			run := I * D
+			out = kernel.Grow(out, nr, nH*len(p.Tokens)*nL+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_HPLD_to_page_first moves part HPLD to pool page_first.
 //
 //	pair HPLD -> page_first: part(C H T L D) -> pool(C S T L H D), loops follow the dst
@@ -5537,6 +9429,10 @@ func range_4_HPLD_to_page_first(p *kernel.Problem, runs []kernel.Run) []kernel.R
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_HPLD_to_page_first(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -5666,6 +9562,147 @@ func copy_4_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_HPLD_to_page_first is copy_4_HPLD_to_page_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D
+			ds2 := I * D * Hd
+			ss3 := I * Ts * D * Ls
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive && ss2 == nH*ss3 && ds2 == nH*ds3 {
+					if cnt := nL * nH; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss2+p.SrcHead*ss3, d2+int(p.Layers[0].Dst)*ds2+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+						}
+					}
+				} else {
+					if consecutive && nH == 1 {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if cnt := nH; cnt > 0 {
+								s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_HPLD_to_page_first_direct moves part HPLD to pool page_first_direct.
 //
 //	pair HPLD -> page_first_direct: part(C H T L D) -> pool(C S L T H D), loops follow the src
@@ -5679,6 +9716,9 @@ func copy_4_HPLD_to_page_first(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_HPLD_to_page_first_direct(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -5822,6 +9862,132 @@ func range_4_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []k
 	return out[:nr]
 }
 
+// tokenRange_4_HPLD_to_page_first_direct is range_4_HPLD_to_page_first_direct with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * D
+			ss2 := I * D * Ls
+			ds2 := I * D * Hd
+			ss3 := I * D
+			ds3 := I * Td * D * Hd
+			run := I * D
+			out = kernel.Grow(out, nr, nH*len(p.Tokens)*nL+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_HPLD_to_page_first_direct moves part HPLD to pool page_first_direct.
 //
 //	pair HPLD -> page_first_direct: part(C H T L D) -> pool(C S L T H D), loops follow the dst
@@ -5835,6 +10001,10 @@ func range_4_HPLD_to_page_first_direct(p *kernel.Problem, runs []kernel.Run) []k
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_HPLD_to_page_first_direct(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -5963,6 +10133,100 @@ func copy_4_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_HPLD_to_page_first_direct is copy_4_HPLD_to_page_first_direct with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Hd
+			ss2 := I * D * Ls
+			ds2 := I * D * Hd
+			ss3 := I * Ts * D * Ls
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_HPLD_to_layer_first moves part HPLD to pool layer_first.
 //
 //	pair HPLD -> layer_first: part(C H T L D) -> pool(C L S T H D), loops follow the src
@@ -5976,6 +10240,9 @@ func copy_4_HPLD_to_page_first_direct(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_HPLD_to_layer_first(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -6119,6 +10386,132 @@ func range_4_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.
 	return out[:nr]
 }
 
+// tokenRange_4_HPLD_to_layer_first is range_4_HPLD_to_layer_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * D
+			ss2 := I * D * Ls
+			ds2 := I * D * Hd
+			ss3 := I * D
+			ds3 := I * Td * D * Hd * Sd
+			run := I * D
+			out = kernel.Grow(out, nr, nH*len(p.Tokens)*nL+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_HPLD_to_layer_first moves part HPLD to pool layer_first.
 //
 //	pair HPLD -> layer_first: part(C H T L D) -> pool(C L S T H D), loops follow the dst
@@ -6132,6 +10525,10 @@ func range_4_HPLD_to_layer_first(p *kernel.Problem, runs []kernel.Run) []kernel.
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_HPLD_to_layer_first(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -6260,6 +10657,100 @@ func copy_4_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_HPLD_to_layer_first is copy_4_HPLD_to_layer_first with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Hd * Sd
+			ss2 := I * D * Ls
+			ds2 := I * D * Hd
+			ss3 := I * Ts * D * Ls
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_4_HPLD_to_page_head moves part HPLD to pool page_head.
 //
 //	pair HPLD -> page_head: part(C H T L D) -> pool(C S H T L D), loops follow the src
@@ -6273,6 +10764,9 @@ func copy_4_HPLD_to_layer_first(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_4_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_4_HPLD_to_page_head(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -6432,6 +10926,138 @@ func range_4_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
+// tokenRange_4_HPLD_to_page_head is range_4_HPLD_to_page_head with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_4_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * Td * D * Ld
+			n1 := nH
+			ss2 := I * D * Ls
+			ds2 := I * D * Ld
+			ss3 := I * D
+			ds3 := I * D
+			n3 := nL
+			run := I * D
+			if consecutive {
+				run *= n3
+				n3 = 1
+			}
+			out = kernel.Grow(out, nr, n1*len(p.Tokens)*n3+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := n3; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < n3; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_4_HPLD_to_page_head moves part HPLD to pool page_head.
 //
 //	pair HPLD -> page_head: part(C H T L D) -> pool(C S H T L D), loops follow the dst
@@ -6445,6 +11071,10 @@ func range_4_HPLD_to_page_head(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_4_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_4_HPLD_to_page_head(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -6605,6 +11235,122 @@ func copy_4_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_4_HPLD_to_page_head is copy_4_HPLD_to_page_head with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_4_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * Td * D * Ld
+			n1 := nH
+			ss2 := I * D * Ls
+			ds2 := I * D * Ld
+			ss3 := I * D
+			ds3 := I * D
+			n3 := nL
+			run := I * D
+			if consecutive {
+				run *= n3
+				n3 = 1
+			}
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd * Sd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := n3; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < n3; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_10_page_first_to_PLHD moves pool page_first to part PLHD.
 //
 //	pair page_first -> PLHD: pool(C S T L H D) -> part(C T L H D), loops follow the dst
@@ -6618,6 +11364,9 @@ func copy_4_HPLD_to_page_head(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_10_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_10_page_first_to_PLHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -6767,6 +11516,132 @@ func range_10_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.
 	return out[:nr]
 }
 
+// tokenRange_10_page_first_to_PLHD is range_10_page_first_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_10_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	fullHeads := nH == Hs && nH == Hd
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			n2 := nL
+			run := I * D * nH
+			if fullHeads && consecutive {
+				run *= n2
+				n2 = 1
+			}
+			out = kernel.Grow(out, nr, len(p.Tokens)*n2+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_10_page_first_to_PLHD moves pool page_first to part PLHD.
 //
 //	pair page_first -> PLHD: pool(C S T L H D) -> part(C T L H D), loops follow the dst
@@ -6780,6 +11655,10 @@ func range_10_page_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_10_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_10_page_first_to_PLHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -6930,6 +11809,116 @@ func copy_10_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_10_page_first_to_PLHD is copy_10_page_first_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_10_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	fullHeads := nH == Hs && nH == Hd
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			n2 := nL
+			run := I * D * nH
+			if fullHeads && consecutive {
+				run *= n2
+				n2 = 1
+			}
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := n2; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < n2; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_10_page_first_to_LPHD moves pool page_first to part LPHD.
 //
 //	pair page_first -> LPHD: pool(C S T L H D) -> part(C L T H D), loops follow the dst
@@ -6943,6 +11932,9 @@ func copy_10_page_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_10_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_10_page_first_to_LPHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -7063,6 +12055,96 @@ func range_10_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.
 	return out[:nr]
 }
 
+// tokenRange_10_page_first_to_LPHD is range_10_page_first_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_10_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * Td * D * Hd
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, nL*len(p.Tokens)+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_10_page_first_to_LPHD moves pool page_first to part LPHD.
 //
 //	pair page_first -> LPHD: pool(C S T L H D) -> part(C L T H D), loops follow the dst
@@ -7076,6 +12158,10 @@ func range_10_page_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_10_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_10_page_first_to_LPHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -7199,6 +12285,84 @@ func copy_10_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_10_page_first_to_LPHD is copy_10_page_first_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_10_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * Td * D * Hd
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_10_page_first_to_HPLD moves pool page_first to part HPLD.
 //
 //	pair page_first -> HPLD: pool(C S T L H D) -> part(C H T L D), loops follow the dst
@@ -7212,6 +12376,9 @@ func copy_10_page_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_10_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_10_page_first_to_HPLD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -7355,6 +12522,132 @@ func range_10_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.
 	return out[:nr]
 }
 
+// tokenRange_10_page_first_to_HPLD is range_10_page_first_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_10_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Ld
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Ld
+			ss3 := I * D * Hs
+			ds3 := I * D
+			run := I * D
+			out = kernel.Grow(out, nr, nH*len(p.Tokens)*nL+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_10_page_first_to_HPLD moves pool page_first to part HPLD.
 //
 //	pair page_first -> HPLD: pool(C S T L H D) -> part(C H T L D), loops follow the dst
@@ -7368,6 +12661,10 @@ func range_10_page_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_10_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_10_page_first_to_HPLD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -7512,6 +12809,116 @@ func copy_10_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_10_page_first_to_HPLD is copy_10_page_first_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_10_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Ld
+			ss2 := I * D * Ls * Hs
+			ds2 := I * D * Ld
+			ss3 := I * D * Hs
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_17_page_first_direct_to_PLHD moves pool page_first_direct to part PLHD.
 //
 //	pair page_first_direct -> PLHD: pool(C S L T H D) -> part(C T L H D), loops follow the dst
@@ -7525,6 +12932,9 @@ func copy_10_page_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_17_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_17_page_first_direct_to_PLHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -7662,6 +13072,126 @@ func range_17_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []
 	return out[:nr]
 }
 
+// tokenRange_17_page_first_direct_to_PLHD is range_17_page_first_direct_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_17_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * Ts * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, len(p.Tokens)*nL+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_17_page_first_direct_to_PLHD moves pool page_first_direct to part PLHD.
 //
 //	pair page_first_direct -> PLHD: pool(C S L T H D) -> part(C T L H D), loops follow the dst
@@ -7675,6 +13205,10 @@ func range_17_page_first_direct_to_PLHD(p *kernel.Problem, runs []kernel.Run) []
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_17_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_17_page_first_direct_to_PLHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -7813,6 +13347,110 @@ func copy_17_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_17_page_first_direct_to_PLHD is copy_17_page_first_direct_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_17_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * Ts * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_17_page_first_direct_to_LPHD moves pool page_first_direct to part LPHD.
 //
 //	pair page_first_direct -> LPHD: pool(C S L T H D) -> part(C L T H D), loops follow the dst
@@ -7826,6 +13464,9 @@ func copy_17_page_first_direct_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_17_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_17_page_first_direct_to_LPHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -7957,6 +13598,97 @@ func range_17_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []
 	return out[:nr]
 }
 
+// tokenRange_17_page_first_direct_to_LPHD is range_17_page_first_direct_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_17_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			n1 := nL
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, n1*len(p.Tokens)+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_17_page_first_direct_to_LPHD moves pool page_first_direct to part LPHD.
 //
 //	pair page_first_direct -> LPHD: pool(C S L T H D) -> part(C L T H D), loops follow the dst
@@ -7970,6 +13702,10 @@ func range_17_page_first_direct_to_LPHD(p *kernel.Problem, runs []kernel.Run) []
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_17_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_17_page_first_direct_to_LPHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -8104,6 +13840,85 @@ func copy_17_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_17_page_first_direct_to_LPHD is copy_17_page_first_direct_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_17_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			n1 := nL
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_17_page_first_direct_to_HPLD moves pool page_first_direct to part HPLD.
 //
 //	pair page_first_direct -> HPLD: pool(C S L T H D) -> part(C H T L D), loops follow the dst
@@ -8117,6 +13932,9 @@ func copy_17_page_first_direct_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_17_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_17_page_first_direct_to_HPLD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -8260,6 +14078,132 @@ func range_17_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []
 	return out[:nr]
 }
 
+// tokenRange_17_page_first_direct_to_HPLD is range_17_page_first_direct_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_17_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Ld
+			ss2 := I * D * Hs
+			ds2 := I * D * Ld
+			ss3 := I * Ts * D * Hs
+			ds3 := I * D
+			run := I * D
+			out = kernel.Grow(out, nr, nH*len(p.Tokens)*nL+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_17_page_first_direct_to_HPLD moves pool page_first_direct to part HPLD.
 //
 //	pair page_first_direct -> HPLD: pool(C S L T H D) -> part(C H T L D), loops follow the dst
@@ -8273,6 +14217,10 @@ func range_17_page_first_direct_to_HPLD(p *kernel.Problem, runs []kernel.Run) []
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_17_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_17_page_first_direct_to_HPLD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -8417,6 +14365,116 @@ func copy_17_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_17_page_first_direct_to_HPLD is copy_17_page_first_direct_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_17_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Ld
+			ss2 := I * D * Hs
+			ds2 := I * D * Ld
+			ss3 := I * Ts * D * Hs
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_11_layer_first_to_PLHD moves pool layer_first to part PLHD.
 //
 //	pair layer_first -> PLHD: pool(C L S T H D) -> part(C T L H D), loops follow the dst
@@ -8430,6 +14488,9 @@ func copy_17_page_first_direct_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_11_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_11_layer_first_to_PLHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -8567,6 +14628,126 @@ func range_11_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel
 	return out[:nr]
 }
 
+// tokenRange_11_layer_first_to_PLHD is range_11_layer_first_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_11_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * Ts * D * Hs * Ss
+			ds2 := I * D * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, len(p.Tokens)*nL+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_11_layer_first_to_PLHD moves pool layer_first to part PLHD.
 //
 //	pair layer_first -> PLHD: pool(C L S T H D) -> part(C T L H D), loops follow the dst
@@ -8580,6 +14761,10 @@ func range_11_layer_first_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_11_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_11_layer_first_to_PLHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -8718,6 +14903,110 @@ func copy_11_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_11_layer_first_to_PLHD is copy_11_layer_first_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_11_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Hs
+			ds1 := I * D * Ld * Hd
+			ss2 := I * Ts * D * Hs * Ss
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+int(p.Layers[0].Src)*ss2, d2+int(p.Layers[0].Dst)*ds2
+						if cnt == 1 || ss2 == run && ds2 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_11_layer_first_to_LPHD moves pool layer_first to part LPHD.
 //
 //	pair layer_first -> LPHD: pool(C L S T H D) -> part(C L T H D), loops follow the dst
@@ -8731,6 +15020,9 @@ func copy_11_layer_first_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_11_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_11_layer_first_to_LPHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -8857,6 +15149,96 @@ func range_11_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel
 	return out[:nr]
 }
 
+// tokenRange_11_layer_first_to_LPHD is range_11_layer_first_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_11_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs * Ss
+			ds1 := I * Td * D * Hd
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			out = kernel.Grow(out, nr, nL*len(p.Tokens)+1)
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_11_layer_first_to_LPHD moves pool layer_first to part LPHD.
 //
 //	pair layer_first -> LPHD: pool(C L S T H D) -> part(C L T H D), loops follow the dst
@@ -8870,6 +15252,10 @@ func range_11_layer_first_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_11_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_11_layer_first_to_LPHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -8999,6 +15385,84 @@ func copy_11_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_11_layer_first_to_LPHD is copy_11_layer_first_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_11_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs * Ss
+			ds1 := I * Td * D * Hd
+			ss2 := I * D * Hs
+			ds2 := I * D * Hd
+			run := I * D * nH
+			sf, df := p.SrcHead*I*D, p.DstHead*I*D
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_11_layer_first_to_HPLD moves pool layer_first to part HPLD.
 //
 //	pair layer_first -> HPLD: pool(C L S T H D) -> part(C H T L D), loops follow the dst
@@ -9012,6 +15476,9 @@ func copy_11_layer_first_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_11_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_11_layer_first_to_HPLD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -9155,6 +15622,132 @@ func range_11_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel
 	return out[:nr]
 }
 
+// tokenRange_11_layer_first_to_HPLD is range_11_layer_first_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_11_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Ld
+			ss2 := I * D * Hs
+			ds2 := I * D * Ld
+			ss3 := I * Ts * D * Hs * Ss
+			ds3 := I * D
+			run := I * D
+			out = kernel.Grow(out, nr, nH*len(p.Tokens)*nL+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_11_layer_first_to_HPLD moves pool layer_first to part HPLD.
 //
 //	pair layer_first -> HPLD: pool(C L S T H D) -> part(C H T L D), loops follow the dst
@@ -9168,6 +15761,10 @@ func range_11_layer_first_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_11_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_11_layer_first_to_HPLD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -9312,6 +15909,116 @@ func copy_11_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_11_layer_first_to_HPLD is copy_11_layer_first_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_11_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Ld
+			ss2 := I * D * Hs
+			ds2 := I * D * Ld
+			ss3 := I * Ts * D * Hs * Ss
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nH; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := nL; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nL; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_9_page_head_to_PLHD moves pool page_head to part PLHD.
 //
 //	pair page_head -> PLHD: pool(C S H T L D) -> part(C T L H D), loops follow the dst
@@ -9325,6 +16032,9 @@ func copy_11_layer_first_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_9_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_9_page_head_to_PLHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -9451,6 +16161,144 @@ func range_9_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
+// tokenRange_9_page_head_to_PLHD is range_9_page_head_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_9_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D
+			ds2 := I * D * Hd
+			ss3 := I * Ts * D * Ls
+			ds3 := I * D
+			run := I * D
+			out = kernel.Grow(out, nr, len(p.Tokens)*nL*nH+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive && nH == 1 {
+					if cnt := nL; cnt > 0 {
+						s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+						if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss2 == run && ds2 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s3+ss2, d3+ds2, ss2, ds2, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s3+(cnt-1)*ss2, d3+(cnt-1)*ds2, sReg, dReg, run
+							}
+						}
+					}
+				} else {
+					for i2 := 0; i2 < nL; i2++ {
+						lp := p.Layers[i2]
+						s3 := s2 + int(lp.Src)*ss2
+						d3 := d2 + int(lp.Dst)*ds2
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_9_page_head_to_PLHD moves pool page_head to part PLHD.
 //
 //	pair page_head -> PLHD: pool(C S H T L D) -> part(C T L H D), loops follow the dst
@@ -9464,6 +16312,10 @@ func range_9_page_head_to_PLHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_9_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_9_page_head_to_PLHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -9593,6 +16445,147 @@ func copy_9_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_9_page_head_to_PLHD is copy_9_page_head_to_PLHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_9_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D * Ls
+			ds1 := I * D * Ld * Hd
+			ss2 := I * D
+			ds2 := I * D * Hd
+			ss3 := I * Ts * D * Ls
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s2 := sf + sc + ts*ss1
+				d2 := df + dc + td*ds1
+				if consecutive && ss2 == nH*ss3 && ds2 == nH*ds3 {
+					if cnt := nL * nH; cnt > 0 {
+						s4, d4 := s2+int(p.Layers[0].Src)*ss2+p.SrcHead*ss3, d2+int(p.Layers[0].Dst)*ds2+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+						}
+					}
+				} else {
+					if consecutive && nH == 1 {
+						if cnt := nL; cnt > 0 {
+							s3, d3 := s2+p.SrcHead*ss3+int(p.Layers[0].Src)*ss2, d2+p.DstHead*ds3+int(p.Layers[0].Dst)*ds2
+							if cnt == 1 || ss2 == run && ds2 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s3, d3, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d3:], ds2, src[sReg][s3:], ss2, run, cnt)
+							}
+						}
+					} else {
+						for i2 := 0; i2 < nL; i2++ {
+							lp := p.Layers[i2]
+							s3 := s2 + int(lp.Src)*ss2
+							d3 := d2 + int(lp.Dst)*ds2
+							if cnt := nH; cnt > 0 {
+								s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+								if cnt == 1 || ss3 == run && ds3 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_9_page_head_to_LPHD moves pool page_head to part LPHD.
 //
 //	pair page_head -> LPHD: pool(C S H T L D) -> part(C L T H D), loops follow the dst
@@ -9606,6 +16599,9 @@ func copy_9_page_head_to_PLHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_9_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_9_page_head_to_LPHD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -9731,6 +16727,114 @@ func range_9_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
+// tokenRange_9_page_head_to_LPHD is range_9_page_head_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_9_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Hd
+			ss2 := I * D * Ls
+			ds2 := I * D * Hd
+			ss3 := I * Ts * D * Ls
+			ds3 := I * D
+			run := I * D
+			out = kernel.Grow(out, nr, nL*len(p.Tokens)*nH+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_9_page_head_to_LPHD moves pool page_head to part LPHD.
 //
 //	pair page_head -> LPHD: pool(C S H T L D) -> part(C L T H D), loops follow the dst
@@ -9744,6 +16848,10 @@ func range_9_page_head_to_LPHD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_9_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_9_page_head_to_LPHD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -9872,6 +16980,100 @@ func copy_9_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_9_page_head_to_LPHD is copy_9_page_head_to_LPHD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_9_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * D
+			ds1 := I * Td * D * Hd
+			ss2 := I * D * Ls
+			ds2 := I * D * Hd
+			ss3 := I * Ts * D * Ls
+			ds3 := I * D
+			run := I * D
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss3 == run && ds3 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_9_page_head_to_HPLD moves pool page_head to part HPLD.
 //
 //	pair page_head -> HPLD: pool(C S H T L D) -> part(C H T L D), loops follow the dst
@@ -9885,6 +17087,9 @@ func copy_9_page_head_to_LPHD(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_9_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_9_page_head_to_HPLD(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -10044,6 +17249,138 @@ func range_9_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 	return out[:nr]
 }
 
+// tokenRange_9_page_head_to_HPLD is range_9_page_head_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_9_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * Td * D * Ld
+			n1 := nH
+			ss2 := I * D * Ls
+			ds2 := I * D * Ld
+			ss3 := I * D
+			ds3 := I * D
+			n3 := nL
+			run := I * D
+			if consecutive {
+				run *= n3
+				n3 = 1
+			}
+			out = kernel.Grow(out, nr, n1*len(p.Tokens)*n3+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := n3; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+							}
+							if cnt > 1 {
+								if ss3 == run && ds3 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, sReg, dReg)
+									ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, sReg, dReg, run
+								}
+							}
+						}
+					} else {
+						for i3 := 0; i3 < n3; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_9_page_head_to_HPLD moves pool page_head to part HPLD.
 //
 //	pair page_head -> HPLD: pool(C S H T L D) -> part(C H T L D), loops follow the dst
@@ -10057,6 +17394,10 @@ func range_9_page_head_to_HPLD(p *kernel.Problem, runs []kernel.Run) []kernel.Ru
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_9_page_head_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_9_page_head_to_HPLD(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -10205,6 +17546,122 @@ func copy_9_page_head_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
 									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 								}
 							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
+// tokenCopy_9_page_head_to_HPLD is copy_9_page_head_to_HPLD with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_9_page_head_to_HPLD(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	consecutive := kernel.ConsecutiveLayers(p.Layers)
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Ls
+			ds1 := I * Td * D * Ld
+			n1 := nH
+			ss2 := I * D * Ls
+			ds2 := I * D * Ld
+			ss3 := I * D
+			ds3 := I * D
+			n3 := nL
+			run := I * D
+			if consecutive {
+				run *= n3
+				n3 = 1
+			}
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs * Ss
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				s2 := sf + sc + (p.SrcHead+i1)*ss1
+				d2 := df + dc + (p.DstHead+i1)*ds1
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s3 := s2 + ts*ss2
+					d3 := d2 + td*ds2
+					if consecutive {
+						if cnt := n3; cnt > 0 {
+							s4, d4 := s3+int(p.Layers[0].Src)*ss3, d3+int(p.Layers[0].Dst)*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[dReg][d4:], ds3, src[sReg][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < n3; i3++ {
+							lp := p.Layers[i3]
+							s4 := s3 + int(lp.Src)*ss3
+							d4 := d3 + int(lp.Dst)*ds3
+							if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, sReg, dReg, run
 						}
 					}
 				}

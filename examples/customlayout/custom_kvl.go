@@ -6,8 +6,8 @@ import "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Fail to compile against a kernel runtime that does not support this generated code.
 const (
-	_ = kernel.EnforceVersion(kernel.GenVersion - 3)
-	_ = kernel.EnforceVersion(3 - kernel.MinGenVersion)
+	_ = kernel.EnforceVersion(kernel.GenVersion - 4)
+	_ = kernel.EnforceVersion(4 - kernel.MinGenVersion)
 )
 
 func init() {
@@ -19,7 +19,8 @@ func init() {
 			Dst: "part(L C T H D)",
 			Src: "part(L C T H D)",
 		},
-		Range: range_10_vllm_flash_to_vllm_flash,
+		Range:  range_10_vllm_flash_to_vllm_flash,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_10_vllm_flash_to_flashinfer_hnd,
@@ -29,7 +30,8 @@ func init() {
 			Dst: "part(L C H T D)",
 			Src: "part(L C T H D)",
 		},
-		Range: range_10_vllm_flash_to_flashinfer_hnd,
+		Range:  range_10_vllm_flash_to_flashinfer_hnd,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_10_vllm_flash_to_vllm_xblock,
@@ -39,7 +41,8 @@ func init() {
 			Dst: "part(C L H D/8 T D%8)",
 			Src: "part(L C T H D)",
 		},
-		Range: range_10_vllm_flash_to_vllm_xblock,
+		Range:  range_10_vllm_flash_to_vllm_xblock,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_10_vllm_flash_to_vllm_host,
@@ -49,7 +52,8 @@ func init() {
 			Dst: "pool(L C S T H D)",
 			Src: "part(L C T H D)",
 		},
-		Range: range_10_vllm_flash_to_vllm_host,
+		Range:  range_10_vllm_flash_to_vllm_host,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_10_vllm_flash_to_vllm_xblock4_host,
@@ -59,7 +63,8 @@ func init() {
 			Dst: "pool(S C L H D/4 T D%4)",
 			Src: "part(L C T H D)",
 		},
-		Range: range_10_vllm_flash_to_vllm_xblock4_host,
+		Range:  range_10_vllm_flash_to_vllm_xblock4_host,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_14_flashinfer_hnd_to_vllm_flash,
@@ -69,7 +74,8 @@ func init() {
 			Dst: "part(L C T H D)",
 			Src: "part(L C H T D)",
 		},
-		Range: range_14_flashinfer_hnd_to_vllm_flash,
+		Range:  range_14_flashinfer_hnd_to_vllm_flash,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_14_flashinfer_hnd_to_flashinfer_hnd,
@@ -79,7 +85,8 @@ func init() {
 			Dst: "part(L C H T D)",
 			Src: "part(L C H T D)",
 		},
-		Range: range_14_flashinfer_hnd_to_flashinfer_hnd,
+		Range:  range_14_flashinfer_hnd_to_flashinfer_hnd,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_14_flashinfer_hnd_to_vllm_xblock,
@@ -89,7 +96,8 @@ func init() {
 			Dst: "part(C L H D/8 T D%8)",
 			Src: "part(L C H T D)",
 		},
-		Range: range_14_flashinfer_hnd_to_vllm_xblock,
+		Range:  range_14_flashinfer_hnd_to_vllm_xblock,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_14_flashinfer_hnd_to_vllm_host,
@@ -99,7 +107,8 @@ func init() {
 			Dst: "pool(L C S T H D)",
 			Src: "part(L C H T D)",
 		},
-		Range: range_14_flashinfer_hnd_to_vllm_host,
+		Range:  range_14_flashinfer_hnd_to_vllm_host,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_14_flashinfer_hnd_to_vllm_xblock4_host,
@@ -109,7 +118,8 @@ func init() {
 			Dst: "pool(S C L H D/4 T D%4)",
 			Src: "part(L C H T D)",
 		},
-		Range: range_14_flashinfer_hnd_to_vllm_xblock4_host,
+		Range:  range_14_flashinfer_hnd_to_vllm_xblock4_host,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_11_vllm_xblock_to_vllm_flash,
@@ -119,7 +129,8 @@ func init() {
 			Dst: "part(L C T H D)",
 			Src: "part(C L H D/8 T D%8)",
 		},
-		Range: range_11_vllm_xblock_to_vllm_flash,
+		Range:  range_11_vllm_xblock_to_vllm_flash,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_11_vllm_xblock_to_flashinfer_hnd,
@@ -129,7 +140,8 @@ func init() {
 			Dst: "part(L C H T D)",
 			Src: "part(C L H D/8 T D%8)",
 		},
-		Range: range_11_vllm_xblock_to_flashinfer_hnd,
+		Range:  range_11_vllm_xblock_to_flashinfer_hnd,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_11_vllm_xblock_to_vllm_xblock,
@@ -139,7 +151,8 @@ func init() {
 			Dst: "part(C L H D/8 T D%8)",
 			Src: "part(C L H D/8 T D%8)",
 		},
-		Range: range_11_vllm_xblock_to_vllm_xblock,
+		Range:  range_11_vllm_xblock_to_vllm_xblock,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_11_vllm_xblock_to_vllm_host,
@@ -149,7 +162,8 @@ func init() {
 			Dst: "pool(L C S T H D)",
 			Src: "part(C L H D/8 T D%8)",
 		},
-		Range: range_11_vllm_xblock_to_vllm_host,
+		Range:  range_11_vllm_xblock_to_vllm_host,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_11_vllm_xblock_to_vllm_xblock4_host,
@@ -159,7 +173,8 @@ func init() {
 			Dst: "pool(S C L H D/4 T D%4)",
 			Src: "part(C L H D/8 T D%8)",
 		},
-		Range: range_11_vllm_xblock_to_vllm_xblock4_host,
+		Range:  range_11_vllm_xblock_to_vllm_xblock4_host,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_9_vllm_host_to_vllm_flash,
@@ -169,7 +184,8 @@ func init() {
 			Dst: "part(L C T H D)",
 			Src: "pool(L C S T H D)",
 		},
-		Range: range_9_vllm_host_to_vllm_flash,
+		Range:  range_9_vllm_host_to_vllm_flash,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_9_vllm_host_to_flashinfer_hnd,
@@ -179,7 +195,8 @@ func init() {
 			Dst: "part(L C H T D)",
 			Src: "pool(L C S T H D)",
 		},
-		Range: range_9_vllm_host_to_flashinfer_hnd,
+		Range:  range_9_vllm_host_to_flashinfer_hnd,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_9_vllm_host_to_vllm_xblock,
@@ -189,7 +206,8 @@ func init() {
 			Dst: "part(C L H D/8 T D%8)",
 			Src: "pool(L C S T H D)",
 		},
-		Range: range_9_vllm_host_to_vllm_xblock,
+		Range:  range_9_vllm_host_to_vllm_xblock,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_17_vllm_xblock4_host_to_vllm_flash,
@@ -199,7 +217,8 @@ func init() {
 			Dst: "part(L C T H D)",
 			Src: "pool(S C L H D/4 T D%4)",
 		},
-		Range: range_17_vllm_xblock4_host_to_vllm_flash,
+		Range:  range_17_vllm_xblock4_host_to_vllm_flash,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_17_vllm_xblock4_host_to_flashinfer_hnd,
@@ -209,7 +228,8 @@ func init() {
 			Dst: "part(L C H T D)",
 			Src: "pool(S C L H D/4 T D%4)",
 		},
-		Range: range_17_vllm_xblock4_host_to_flashinfer_hnd,
+		Range:  range_17_vllm_xblock4_host_to_flashinfer_hnd,
+		Tokens: true,
 	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_17_vllm_xblock4_host_to_vllm_xblock,
@@ -219,7 +239,8 @@ func init() {
 			Dst: "part(C L H D/8 T D%8)",
 			Src: "pool(S C L H D/4 T D%4)",
 		},
-		Range: range_17_vllm_xblock4_host_to_vllm_xblock,
+		Range:  range_17_vllm_xblock4_host_to_vllm_xblock,
+		Tokens: true,
 	})
 }
 
@@ -233,6 +254,9 @@ func init() {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_10_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_10_vllm_flash_to_vllm_flash(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -323,6 +347,81 @@ func range_10_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []k
 	return out[:nr]
 }
 
+// tokenRange_10_vllm_flash_to_vllm_flash is range_10_vllm_flash_to_vllm_flash with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_10_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd
+	n0 := nL
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd
+	n1 := NC
+	ss2 := I * D * Hs
+	ds2 := I * D * Hd
+	run := I * D * nH
+	out = kernel.Grow(out, nr, n0*n1*len(p.Tokens)+1)
+	s0, d0 := p.SrcHead*I*D, p.DstHead*I*D
+	for i0 := 0; i0 < n0; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < n1; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+					pl += run
+					continue
+				}
+				if pl > 0 {
+					r := &out[nr]
+					r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+					nr++
+				}
+				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_10_vllm_flash_to_vllm_flash moves part vllm_flash to part vllm_flash.
 //
 //	pair vllm_flash -> vllm_flash: part(L C T H D) -> part(L C T H D), loops follow the dst
@@ -333,6 +432,10 @@ func range_10_vllm_flash_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []k
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_10_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_10_vllm_flash_to_vllm_flash(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -409,6 +512,69 @@ func copy_10_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_10_vllm_flash_to_vllm_flash is copy_10_vllm_flash_to_vllm_flash with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_10_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd
+	n0 := nL
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd
+	n1 := NC
+	ss2 := I * D * Hs
+	ds2 := I * D * Hd
+	run := I * D * nH
+	s0, d0 := p.SrcHead*I*D, p.DstHead*I*D
+	for i0 := 0; i0 < n0; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < n1; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+					pl += run
+					continue
+				}
+				if pl > 0 {
+					copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_10_vllm_flash_to_flashinfer_hnd moves part vllm_flash to part flashinfer_hnd.
 //
 //	pair vllm_flash -> flashinfer_hnd: part(L C T H D) -> part(L C H T D), loops follow the src
@@ -419,6 +585,9 @@ func copy_10_vllm_flash_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_10_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_10_vllm_flash_to_flashinfer_hnd(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -527,6 +696,97 @@ func range_10_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run)
 	return out[:nr]
 }
 
+// tokenRange_10_vllm_flash_to_flashinfer_hnd is range_10_vllm_flash_to_flashinfer_hnd with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_10_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd
+	ss2 := I * D * Hs
+	ds2 := I * D
+	ss3 := I * D
+	ds3 := I * Td * D
+	run := I * D
+	out = kernel.Grow(out, nr, nL*NC*len(p.Tokens)*nH+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if cnt := nH; cnt > 0 {
+					s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+					} else {
+						if pl > 0 {
+							r := &out[nr]
+							r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+							nr++
+						}
+						ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+					}
+					if cnt > 1 {
+						if ss3 == run && ds3 == run {
+							pl += (cnt - 1) * run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+							ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_10_vllm_flash_to_flashinfer_hnd moves part vllm_flash to part flashinfer_hnd.
 //
 //	pair vllm_flash -> flashinfer_hnd: part(L C T H D) -> part(L C H T D), loops follow the dst
@@ -537,6 +797,10 @@ func range_10_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run)
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_10_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_10_vllm_flash_to_flashinfer_hnd(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -648,6 +912,73 @@ func copy_10_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) 
 	kernel.Fence()
 }
 
+// tokenCopy_10_vllm_flash_to_flashinfer_hnd is copy_10_vllm_flash_to_flashinfer_hnd with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_10_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd
+	ss2 := I * D
+	ds2 := I * Td * D
+	ss3 := I * D * Hs
+	ds3 := I * D
+	run := I * D
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_10_vllm_flash_to_vllm_xblock moves part vllm_flash to part vllm_xblock.
 //
 //	pair vllm_flash -> vllm_xblock: part(L C T H D) -> part(C L H D/8 T D%8), loops follow the src
@@ -660,6 +991,9 @@ func copy_10_vllm_flash_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) 
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func range_10_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_10_vllm_flash_to_vllm_xblock(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -778,6 +1112,136 @@ func range_10_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []
 	return out[:nr]
 }
 
+// tokenRange_10_vllm_flash_to_vllm_xblock is range_10_vllm_flash_to_vllm_xblock with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_10_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * Hd
+	ss1 := I * Ts * D * Hs
+	ss2 := I * D * Hs
+	ds2 := 8 * I
+	ss3 := I * D
+	ds3 := I * Td * D
+	ss4 := 8 * I
+	ds4 := 8 * I * Td
+	run := 8 * I
+	out = kernel.Grow(out, nr, nL*NC*len(p.Tokens)*nH*(D/8)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			db, dr := i1*I*Td*D*Ld*Hd, int32(0)
+			if !p.Dst.Packed {
+				db, dr = 0, int32(i1)
+			}
+			s2 := s1 + i1*ss1
+			d2 := d1 + db
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if (D / 8) == 1 {
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == dr {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, dr, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, dr)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, dr, run
+							}
+						}
+					}
+				} else {
+					for i3 := 0; i3 < nH; i3++ {
+						s4 := s3 + (p.SrcHead+i3)*ss3
+						d4 := d3 + (p.DstHead+i3)*ds3
+						if cnt := (D / 8); cnt > 0 {
+							s5, d5 := s4, d4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
+							}
+							if cnt > 1 {
+								if ss4 == run && ds4 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, dr)
+									ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, dr, run
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_10_vllm_flash_to_vllm_xblock moves part vllm_flash to part vllm_xblock.
 //
 //	pair vllm_flash -> vllm_xblock: part(L C T H D) -> part(C L H D/8 T D%8), loops follow the dst
@@ -790,6 +1254,10 @@ func range_10_vllm_flash_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_10_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_10_vllm_flash_to_vllm_xblock(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -916,6 +1384,88 @@ func copy_10_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_10_vllm_flash_to_vllm_xblock is copy_10_vllm_flash_to_vllm_xblock with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_10_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		dBase := 0
+		for c, D := range p.Dims {
+			ss0 := I * Ts * D * Hs
+			ss1 := I * Ts * D * NC * Hs
+			ds1 := I * Td * D * Hd
+			ss2 := I * D
+			ds2 := I * Td * D
+			ss3 := 8 * I
+			ds3 := 8 * I * Td
+			ss4 := I * D * Hs
+			ds4 := 8 * I
+			run := 8 * I
+			sf, df := 0, 0
+			sc := c * ss0
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s5, d5, 0, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_10_vllm_flash_to_vllm_host moves part vllm_flash to pool vllm_host.
 //
 //	pair vllm_flash -> vllm_host: part(L C T H D) -> pool(L C S T H D), loops follow the src
@@ -927,6 +1477,9 @@ func copy_10_vllm_flash_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_10_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_10_vllm_flash_to_vllm_host(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1007,6 +1560,80 @@ func range_10_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []ke
 	return out[:nr]
 }
 
+// tokenRange_10_vllm_flash_to_vllm_host is range_10_vllm_flash_to_vllm_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_10_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd * Sd
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd * Sd
+	ss2 := I * D * Hs
+	ds2 := I * D * Hd
+	run := I * D * nH
+	out = kernel.Grow(out, nr, nL*NC*len(p.Tokens)+1)
+	s0, d0 := p.SrcHead*I*D, p.DstHead*I*D
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+					pl += run
+					continue
+				}
+				if pl > 0 {
+					r := &out[nr]
+					r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+					nr++
+				}
+				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_10_vllm_flash_to_vllm_host moves part vllm_flash to pool vllm_host.
 //
 //	pair vllm_flash -> vllm_host: part(L C T H D) -> pool(L C S T H D), loops follow the dst
@@ -1018,6 +1645,10 @@ func range_10_vllm_flash_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []ke
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_10_vllm_flash_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_10_vllm_flash_to_vllm_host(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1084,6 +1715,68 @@ func copy_10_vllm_flash_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_10_vllm_flash_to_vllm_host is copy_10_vllm_flash_to_vllm_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_10_vllm_flash_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd * Sd
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd * Sd
+	ss2 := I * D * Hs
+	ds2 := I * D * Hd
+	run := I * D * nH
+	s0, d0 := p.SrcHead*I*D, p.DstHead*I*D
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+					pl += run
+					continue
+				}
+				if pl > 0 {
+					copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_10_vllm_flash_to_vllm_xblock4_host moves part vllm_flash to pool vllm_xblock4_host.
 //
 //	pair vllm_flash -> vllm_xblock4_host: part(L C T H D) -> pool(S C L H D/4 T D%4), loops follow the src
@@ -1096,6 +1789,9 @@ func copy_10_vllm_flash_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func range_10_vllm_flash_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_10_vllm_flash_to_vllm_xblock4_host(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1211,6 +1907,133 @@ func range_10_vllm_flash_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.R
 	return out[:nr]
 }
 
+// tokenRange_10_vllm_flash_to_vllm_xblock4_host is range_10_vllm_flash_to_vllm_xblock4_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_10_vllm_flash_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * Hd
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Ld * Hd
+	ss2 := I * D * Hs
+	ds2 := 4 * I
+	ss3 := I * D
+	ds3 := I * Td * D
+	ss4 := 4 * I
+	ds4 := 4 * I * Td
+	run := 4 * I
+	out = kernel.Grow(out, nr, nL*NC*len(p.Tokens)*nH*(D/4)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if (D / 4) == 1 {
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+							}
+						}
+					}
+				} else {
+					for i3 := 0; i3 < nH; i3++ {
+						s4 := s3 + (p.SrcHead+i3)*ss3
+						d4 := d3 + (p.DstHead+i3)*ds3
+						if cnt := (D / 4); cnt > 0 {
+							s5, d5 := s4, d4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, run
+							}
+							if cnt > 1 {
+								if ss4 == run && ds4 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, 0)
+									ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, 0, run
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_10_vllm_flash_to_vllm_xblock4_host moves part vllm_flash to pool vllm_xblock4_host.
 //
 //	pair vllm_flash -> vllm_xblock4_host: part(L C T H D) -> pool(S C L H D/4 T D%4), loops follow the dst
@@ -1223,6 +2046,10 @@ func range_10_vllm_flash_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.R
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func copy_10_vllm_flash_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_10_vllm_flash_to_vllm_xblock4_host(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1341,6 +2168,80 @@ func copy_10_vllm_flash_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byt
 	kernel.Fence()
 }
 
+// tokenCopy_10_vllm_flash_to_vllm_xblock4_host is copy_10_vllm_flash_to_vllm_xblock4_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_10_vllm_flash_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	ss0 := I * Ts * D * Hs
+	ds0 := I * Td * D * Ld * Hd
+	ss1 := I * Ts * D * NC * Hs
+	ds1 := I * Td * D * Hd
+	ss2 := I * D
+	ds2 := I * Td * D
+	ss3 := 4 * I
+	ds3 := 4 * I * Td
+	ss4 := I * D * Hs
+	ds4 := 4 * I
+	run := 4 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < NC; i0++ {
+		s1 := s0 + i0*ss0
+		d1 := d0 + i0*ds0
+		for i1 := 0; i1 < nL; i1++ {
+			lp := p.Layers[i1]
+			s2 := s1 + int(lp.Src)*ss1
+			d2 := d1 + int(lp.Dst)*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for i3 := 0; i3 < (D / 4); i3++ {
+					s4 := s3 + i3*ss3
+					d4 := d3 + i3*ds3
+					for _, tp := range p.Tokens {
+						ts, td := int(tp.Src), int(tp.Dst)
+						s5 := s4 + ts*ss4
+						d5 := d4 + td*ds4
+						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s5, d5, 0, 0, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_14_flashinfer_hnd_to_vllm_flash moves part flashinfer_hnd to part vllm_flash.
 //
 //	pair flashinfer_hnd -> vllm_flash: part(L C H T D) -> part(L C T H D), loops follow the src
@@ -1351,6 +2252,9 @@ func copy_10_vllm_flash_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byt
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_14_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_14_flashinfer_hnd_to_vllm_flash(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1459,6 +2363,85 @@ func range_14_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run)
 	return out[:nr]
 }
 
+// tokenRange_14_flashinfer_hnd_to_vllm_flash is range_14_flashinfer_hnd_to_vllm_flash with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_14_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd
+	ss2 := I * Ts * D
+	ds2 := I * D
+	ss3 := I * D
+	ds3 := I * D * Hd
+	run := I * D
+	out = kernel.Grow(out, nr, nL*NC*nH*len(p.Tokens)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_14_flashinfer_hnd_to_vllm_flash moves part flashinfer_hnd to part vllm_flash.
 //
 //	pair flashinfer_hnd -> vllm_flash: part(L C H T D) -> part(L C T H D), loops follow the dst
@@ -1469,6 +2452,10 @@ func range_14_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, runs []kernel.Run)
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_14_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_14_flashinfer_hnd_to_vllm_flash(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1580,6 +2567,83 @@ func copy_14_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) 
 	kernel.Fence()
 }
 
+// tokenCopy_14_flashinfer_hnd_to_vllm_flash is copy_14_flashinfer_hnd_to_vllm_flash with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_14_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd
+	ss2 := I * D
+	ds2 := I * D * Hd
+	ss3 := I * Ts * D
+	ds3 := I * D
+	run := I * D
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if cnt := nH; cnt > 0 {
+					s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+					if cnt == 1 || ss3 == run && ds3 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_14_flashinfer_hnd_to_flashinfer_hnd moves part flashinfer_hnd to part flashinfer_hnd.
 //
 //	pair flashinfer_hnd -> flashinfer_hnd: part(L C H T D) -> part(L C H T D), loops follow the src
@@ -1590,6 +2654,9 @@ func copy_14_flashinfer_hnd_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) 
 //	  D    x D     src I            dst I            fold
 //	  run I*T*D*nH
 func range_14_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_14_flashinfer_hnd_to_flashinfer_hnd(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1657,6 +2724,87 @@ func range_14_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.
 	return out[:nr]
 }
 
+// tokenRange_14_flashinfer_hnd_to_flashinfer_hnd is range_14_flashinfer_hnd_to_flashinfer_hnd with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_14_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd
+	n0 := nL
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd
+	n1 := NC
+	ss2 := I * Ts * D
+	ds2 := I * Td * D
+	ss3 := I * D
+	ds3 := I * D
+	run := I * D
+	out = kernel.Grow(out, nr, n0*n1*nH*len(p.Tokens)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < n0; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < n1; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_14_flashinfer_hnd_to_flashinfer_hnd moves part flashinfer_hnd to part flashinfer_hnd.
 //
 //	pair flashinfer_hnd -> flashinfer_hnd: part(L C H T D) -> part(L C H T D), loops follow the dst
@@ -1667,6 +2815,10 @@ func range_14_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.
 //	  D    x D     src I            dst I            fold
 //	  run I*T*D*nH
 func copy_14_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_14_flashinfer_hnd_to_flashinfer_hnd(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1722,6 +2874,75 @@ func copy_14_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]by
 	}
 }
 
+// tokenCopy_14_flashinfer_hnd_to_flashinfer_hnd is copy_14_flashinfer_hnd_to_flashinfer_hnd with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_14_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd
+	n0 := nL
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd
+	n1 := NC
+	ss2 := I * Ts * D
+	ds2 := I * Td * D
+	ss3 := I * D
+	ds3 := I * D
+	run := I * D
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < n0; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < n1; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_14_flashinfer_hnd_to_vllm_xblock moves part flashinfer_hnd to part vllm_xblock.
 //
 //	pair flashinfer_hnd -> vllm_xblock: part(L C H T D) -> part(C L H D/8 T D%8), loops follow the src
@@ -1734,6 +2955,9 @@ func copy_14_flashinfer_hnd_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]by
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func range_14_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_14_flashinfer_hnd_to_vllm_xblock(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -1852,6 +3076,107 @@ func range_14_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run
 	return out[:nr]
 }
 
+// tokenRange_14_flashinfer_hnd_to_vllm_xblock is range_14_flashinfer_hnd_to_vllm_xblock with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_14_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * Hd
+	ss1 := I * Ts * D * Hs
+	ss2 := I * Ts * D
+	ds2 := I * Td * D
+	ss3 := I * D
+	ds3 := 8 * I
+	ss4 := 8 * I
+	ds4 := 8 * I * Td
+	run := 8 * I
+	out = kernel.Grow(out, nr, nL*NC*nH*len(p.Tokens)*(D/8)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			db, dr := i1*I*Td*D*Ld*Hd, int32(0)
+			if !p.Dst.Packed {
+				db, dr = 0, int32(i1)
+			}
+			s2 := s1 + i1*ss1
+			d2 := d1 + db
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if cnt := (D / 8); cnt > 0 {
+						s5, d5 := s4, d4
+						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dr {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s5, d5, 0, dr, run
+						}
+						if cnt > 1 {
+							if ss4 == run && ds4 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, dr)
+								ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, dr, run
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_14_flashinfer_hnd_to_vllm_xblock moves part flashinfer_hnd to part vllm_xblock.
 //
 //	pair flashinfer_hnd -> vllm_xblock: part(L C H T D) -> part(C L H D/8 T D%8), loops follow the dst
@@ -1864,6 +3189,10 @@ func range_14_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_14_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_14_flashinfer_hnd_to_vllm_xblock(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -1990,6 +3319,88 @@ func copy_14_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte)
 	kernel.Fence()
 }
 
+// tokenCopy_14_flashinfer_hnd_to_vllm_xblock is copy_14_flashinfer_hnd_to_vllm_xblock with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_14_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		dBase := 0
+		for c, D := range p.Dims {
+			ss0 := I * Ts * D * Hs
+			ss1 := I * Ts * D * NC * Hs
+			ds1 := I * Td * D * Hd
+			ss2 := I * Ts * D
+			ds2 := I * Td * D
+			ss3 := 8 * I
+			ds3 := 8 * I * Td
+			ss4 := I * D
+			ds4 := 8 * I
+			run := 8 * I
+			sf, df := 0, 0
+			sc := c * ss0
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s5, d5, 0, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_14_flashinfer_hnd_to_vllm_host moves part flashinfer_hnd to pool vllm_host.
 //
 //	pair flashinfer_hnd -> vllm_host: part(L C H T D) -> pool(L C S T H D), loops follow the src
@@ -2001,6 +3412,9 @@ func copy_14_flashinfer_hnd_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte)
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_14_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_14_flashinfer_hnd_to_vllm_host(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2110,6 +3524,86 @@ func range_14_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) 
 	return out[:nr]
 }
 
+// tokenRange_14_flashinfer_hnd_to_vllm_host is range_14_flashinfer_hnd_to_vllm_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_14_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd * Sd
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd * Sd
+	ss2 := I * Ts * D
+	ds2 := I * D
+	ss3 := I * D
+	ds3 := I * D * Hd
+	run := I * D
+	out = kernel.Grow(out, nr, nL*NC*nH*len(p.Tokens)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_14_flashinfer_hnd_to_vllm_host moves part flashinfer_hnd to pool vllm_host.
 //
 //	pair flashinfer_hnd -> vllm_host: part(L C H T D) -> pool(L C S T H D), loops follow the dst
@@ -2121,6 +3615,10 @@ func range_14_flashinfer_hnd_to_vllm_host(p *kernel.Problem, runs []kernel.Run) 
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_14_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_14_flashinfer_hnd_to_vllm_host(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2233,6 +3731,84 @@ func copy_14_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_14_flashinfer_hnd_to_vllm_host is copy_14_flashinfer_hnd_to_vllm_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_14_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * NC * Hd * Sd
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Hd * Sd
+	ss2 := I * D
+	ds2 := I * D * Hd
+	ss3 := I * Ts * D
+	ds3 := I * D
+	run := I * D
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if cnt := nH; cnt > 0 {
+					s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+					if cnt == 1 || ss3 == run && ds3 == run {
+						n := cnt * run
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += n
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+						}
+					} else {
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						pl = 0
+						move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_14_flashinfer_hnd_to_vllm_xblock4_host moves part flashinfer_hnd to pool vllm_xblock4_host.
 //
 //	pair flashinfer_hnd -> vllm_xblock4_host: part(L C H T D) -> pool(S C L H D/4 T D%4), loops follow the src
@@ -2245,6 +3821,9 @@ func copy_14_flashinfer_hnd_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func range_14_flashinfer_hnd_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_14_flashinfer_hnd_to_vllm_xblock4_host(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2360,6 +3939,104 @@ func range_14_flashinfer_hnd_to_vllm_xblock4_host(p *kernel.Problem, runs []kern
 	return out[:nr]
 }
 
+// tokenRange_14_flashinfer_hnd_to_vllm_xblock4_host is range_14_flashinfer_hnd_to_vllm_xblock4_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_14_flashinfer_hnd_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs
+	ds0 := I * Td * D * Hd
+	ss1 := I * Ts * D * Hs
+	ds1 := I * Td * D * Ld * Hd
+	ss2 := I * Ts * D
+	ds2 := I * Td * D
+	ss3 := I * D
+	ds3 := 4 * I
+	ss4 := 4 * I
+	ds4 := 4 * I * Td
+	run := 4 * I
+	out = kernel.Grow(out, nr, nL*NC*nH*len(p.Tokens)*(D/4)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if cnt := (D / 4); cnt > 0 {
+						s5, d5 := s4, d4
+						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s5, d5, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss4 == run && ds4 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, 0, run
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_14_flashinfer_hnd_to_vllm_xblock4_host moves part flashinfer_hnd to pool vllm_xblock4_host.
 //
 //	pair flashinfer_hnd -> vllm_xblock4_host: part(L C H T D) -> pool(S C L H D/4 T D%4), loops follow the dst
@@ -2372,6 +4049,10 @@ func range_14_flashinfer_hnd_to_vllm_xblock4_host(p *kernel.Problem, runs []kern
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func copy_14_flashinfer_hnd_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_14_flashinfer_hnd_to_vllm_xblock4_host(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2490,6 +4171,80 @@ func copy_14_flashinfer_hnd_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][
 	kernel.Fence()
 }
 
+// tokenCopy_14_flashinfer_hnd_to_vllm_xblock4_host is copy_14_flashinfer_hnd_to_vllm_xblock4_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_14_flashinfer_hnd_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	ss0 := I * Ts * D * Hs
+	ds0 := I * Td * D * Ld * Hd
+	ss1 := I * Ts * D * NC * Hs
+	ds1 := I * Td * D * Hd
+	ss2 := I * Ts * D
+	ds2 := I * Td * D
+	ss3 := 4 * I
+	ds3 := 4 * I * Td
+	ss4 := I * D
+	ds4 := 4 * I
+	run := 4 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < NC; i0++ {
+		s1 := s0 + i0*ss0
+		d1 := d0 + i0*ds0
+		for i1 := 0; i1 < nL; i1++ {
+			lp := p.Layers[i1]
+			s2 := s1 + int(lp.Src)*ss1
+			d2 := d1 + int(lp.Dst)*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for i3 := 0; i3 < (D / 4); i3++ {
+					s4 := s3 + i3*ss3
+					d4 := d3 + i3*ds3
+					for _, tp := range p.Tokens {
+						ts, td := int(tp.Src), int(tp.Dst)
+						s5 := s4 + ts*ss4
+						d5 := d4 + td*ds4
+						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+							pl += run
+							continue
+						}
+						if pl > 0 {
+							copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+						}
+						ps, pd, psr, pdr, pl = s5, d5, 0, 0, run
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_11_vllm_xblock_to_vllm_flash moves part vllm_xblock to part vllm_flash.
 //
 //	pair vllm_xblock -> vllm_flash: part(C L H D/8 T D%8) -> part(L C T H D), loops follow the src
@@ -2502,6 +4257,9 @@ func copy_14_flashinfer_hnd_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func range_11_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_11_vllm_xblock_to_vllm_flash(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2625,6 +4383,100 @@ func range_11_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 	return out[:nr]
 }
 
+// tokenRange_11_vllm_xblock_to_vllm_flash is range_11_vllm_xblock_to_vllm_flash with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_11_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		for c, D := range p.Dims {
+			ds0 := I * Td * D * Hd
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * NC * Hd
+			ss2 := I * Ts * D
+			ds2 := I * D
+			ss3 := 8 * I * Ts
+			ds3 := 8 * I
+			ss4 := 8 * I
+			ds4 := I * D * Hd
+			run := 8 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*len(p.Tokens)+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			dc := c * ds0
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_11_vllm_xblock_to_vllm_flash moves part vllm_xblock to part vllm_flash.
 //
 //	pair vllm_xblock -> vllm_flash: part(C L H D/8 T D%8) -> part(L C T H D), loops follow the dst
@@ -2637,6 +4489,10 @@ func range_11_vllm_xblock_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_11_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_11_vllm_xblock_to_vllm_flash(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -2758,6 +4614,139 @@ func copy_11_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_11_vllm_xblock_to_vllm_flash is copy_11_vllm_xblock_to_vllm_flash with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_11_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * Ts * D * Hs
+	ds0 := I * Td * D * NC * Hd
+	ds1 := I * Td * D * Hd
+	ss2 := 8 * I
+	ds2 := I * D * Hd
+	ss3 := I * Ts * D
+	ds3 := I * D
+	ss4 := 8 * I * Ts
+	ds4 := 8 * I
+	run := 8 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			sb, sr := i1*I*Ts*D*Ls*Hs, int32(0)
+			if !p.Src.Packed {
+				sb, sr = 0, int32(i1)
+			}
+			s2 := s1 + sb
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if ss3 == (D/8)*ss4 && ds3 == (D/8)*ds4 {
+					if cnt := nH * (D / 8); cnt > 0 {
+						s5, d5 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
+						}
+					}
+				} else {
+					if (D / 8) == 1 {
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sr && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sr, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[sr][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nH; i3++ {
+							s4 := s3 + (p.SrcHead+i3)*ss3
+							d4 := d3 + (p.DstHead+i3)*ds3
+							if cnt := (D / 8); cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_11_vllm_xblock_to_flashinfer_hnd moves part vllm_xblock to part flashinfer_hnd.
 //
 //	pair vllm_xblock -> flashinfer_hnd: part(C L H D/8 T D%8) -> part(L C H T D), loops follow the src
@@ -2770,6 +4759,9 @@ func copy_11_vllm_xblock_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func range_11_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_11_vllm_xblock_to_flashinfer_hnd(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -2893,6 +4885,100 @@ func range_11_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 	return out[:nr]
 }
 
+// tokenRange_11_vllm_xblock_to_flashinfer_hnd is range_11_vllm_xblock_to_flashinfer_hnd with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_11_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		for c, D := range p.Dims {
+			ds0 := I * Td * D * Hd
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * NC * Hd
+			ss2 := I * Ts * D
+			ds2 := I * Td * D
+			ss3 := 8 * I * Ts
+			ds3 := 8 * I
+			ss4 := 8 * I
+			ds4 := I * D
+			run := 8 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*len(p.Tokens)+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			dc := c * ds0
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_11_vllm_xblock_to_flashinfer_hnd moves part vllm_xblock to part flashinfer_hnd.
 //
 //	pair vllm_xblock -> flashinfer_hnd: part(C L H D/8 T D%8) -> part(L C H T D), loops follow the dst
@@ -2905,6 +4991,10 @@ func range_11_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_11_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_11_vllm_xblock_to_flashinfer_hnd(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3026,6 +5116,93 @@ func copy_11_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte)
 	kernel.Fence()
 }
 
+// tokenCopy_11_vllm_xblock_to_flashinfer_hnd is copy_11_vllm_xblock_to_flashinfer_hnd with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_11_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * Ts * D * Hs
+	ds0 := I * Td * D * NC * Hd
+	ds1 := I * Td * D * Hd
+	ss2 := I * Ts * D
+	ds2 := I * Td * D
+	ss3 := 8 * I
+	ds3 := I * D
+	ss4 := 8 * I * Ts
+	ds4 := 8 * I
+	run := 8 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			sb, sr := i1*I*Ts*D*Ls*Hs, int32(0)
+			if !p.Src.Packed {
+				sb, sr = 0, int32(i1)
+			}
+			s2 := s1 + sb
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if cnt := (D / 8); cnt > 0 {
+						s5, d5 := s4, d4
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_11_vllm_xblock_to_vllm_xblock moves part vllm_xblock to part vllm_xblock.
 //
 //	pair vllm_xblock -> vllm_xblock: part(C L H D/8 T D%8) -> part(C L H D/8 T D%8), loops follow the src
@@ -3039,6 +5216,9 @@ func copy_11_vllm_xblock_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte)
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I*T*D/8*nH
 func range_11_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_11_vllm_xblock_to_vllm_xblock(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3146,6 +5326,108 @@ func range_11_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 	return out[:nr]
 }
 
+// tokenRange_11_vllm_xblock_to_vllm_xblock is range_11_vllm_xblock_to_vllm_xblock with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_11_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			n1 := nL
+			ss2 := I * Ts * D
+			ds2 := I * Td * D
+			ss3 := 8 * I * Ts
+			ds3 := 8 * I * Td
+			ss4 := 8 * I
+			ds4 := 8 * I
+			run := 8 * I
+			out = kernel.Grow(out, nr, n1*nH*(D/8)*len(p.Tokens)+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s5, d5, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_11_vllm_xblock_to_vllm_xblock moves part vllm_xblock to part vllm_xblock.
 //
 //	pair vllm_xblock -> vllm_xblock: part(C L H D/8 T D%8) -> part(C L H D/8 T D%8), loops follow the dst
@@ -3159,6 +5441,10 @@ func range_11_vllm_xblock_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) [
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I*T*D/8*nH
 func copy_11_vllm_xblock_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_11_vllm_xblock_to_vllm_xblock(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3250,6 +5536,96 @@ func copy_11_vllm_xblock_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_11_vllm_xblock_to_vllm_xblock is copy_11_vllm_xblock_to_vllm_xblock with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_11_vllm_xblock_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		dBase := 0
+		for c, D := range p.Dims {
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			n1 := nL
+			ss2 := I * Ts * D
+			ds2 := I * Td * D
+			ss3 := 8 * I * Ts
+			ds3 := 8 * I * Td
+			ss4 := 8 * I
+			ds4 := 8 * I
+			run := 8 * I
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < n1; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s5, d5, sReg, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_11_vllm_xblock_to_vllm_host moves part vllm_xblock to pool vllm_host.
 //
 //	pair vllm_xblock -> vllm_host: part(C L H D/8 T D%8) -> pool(L C S T H D), loops follow the src
@@ -3263,6 +5639,9 @@ func copy_11_vllm_xblock_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func range_11_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_11_vllm_xblock_to_vllm_host(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3387,6 +5766,101 @@ func range_11_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 	return out[:nr]
 }
 
+// tokenRange_11_vllm_xblock_to_vllm_host is range_11_vllm_xblock_to_vllm_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_11_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		for c, D := range p.Dims {
+			ds0 := I * Td * D * Hd * Sd
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * NC * Hd * Sd
+			ss2 := I * Ts * D
+			ds2 := I * D
+			ss3 := 8 * I * Ts
+			ds3 := 8 * I
+			ss4 := 8 * I
+			ds4 := I * D * Hd
+			run := 8 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*len(p.Tokens)+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			dc := c * ds0
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sReg && pdr == 0 {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s5, d5, sReg, 0, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_11_vllm_xblock_to_vllm_host moves part vllm_xblock to pool vllm_host.
 //
 //	pair vllm_xblock -> vllm_host: part(C L H D/8 T D%8) -> pool(L C S T H D), loops follow the dst
@@ -3400,6 +5874,10 @@ func range_11_vllm_xblock_to_vllm_host(p *kernel.Problem, runs []kernel.Run) []k
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_11_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_11_vllm_xblock_to_vllm_host(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3522,6 +6000,140 @@ func copy_11_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_11_vllm_xblock_to_vllm_host is copy_11_vllm_xblock_to_vllm_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_11_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Sd := p.Dst.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * Ts * D * Hs
+	ds0 := I * Td * D * NC * Hd * Sd
+	ds1 := I * Td * D * Hd * Sd
+	ss2 := 8 * I
+	ds2 := I * D * Hd
+	ss3 := I * Ts * D
+	ds3 := I * D
+	ss4 := 8 * I * Ts
+	ds4 := 8 * I
+	run := 8 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			sb, sr := i1*I*Ts*D*Ls*Hs, int32(0)
+			if !p.Src.Packed {
+				sb, sr = 0, int32(i1)
+			}
+			s2 := s1 + sb
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if ss3 == (D/8)*ss4 && ds3 == (D/8)*ds4 {
+					if cnt := nH * (D / 8); cnt > 0 {
+						s5, d5 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
+						}
+					}
+				} else {
+					if (D / 8) == 1 {
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == sr && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, sr, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[sr][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nH; i3++ {
+							s4 := s3 + (p.SrcHead+i3)*ss3
+							d4 := d3 + (p.DstHead+i3)*ds3
+							if cnt := (D / 8); cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == sr && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, sr, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d5:], ds4, src[sr][s5:], ss4, run, cnt)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_11_vllm_xblock_to_vllm_xblock4_host moves part vllm_xblock to pool vllm_xblock4_host.
 //
 //	pair vllm_xblock -> vllm_xblock4_host: part(C L H D/8 T D%8) -> pool(S C L H D/4 T D%4), loops follow the src
@@ -3536,6 +6148,9 @@ func copy_11_vllm_xblock_to_vllm_host(p *kernel.Problem, dst, src [][]byte) {
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func range_11_vllm_xblock_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_11_vllm_xblock_to_vllm_xblock4_host(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3665,6 +6280,118 @@ func range_11_vllm_xblock_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.
 	return out[:nr]
 }
 
+// tokenRange_11_vllm_xblock_to_vllm_xblock4_host is range_11_vllm_xblock_to_vllm_xblock4_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_11_vllm_xblock_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		sBase := 0
+		for c, D := range p.Dims {
+			ds0 := I * Td * D * Ld * Hd
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			ss2 := I * Ts * D
+			ds2 := I * Td * D
+			ss3 := 8 * I * Ts
+			ds3 := 8 * I * Td
+			ss4 := 8 * I
+			ds4 := 4 * I
+			ss5 := 4 * I
+			ds5 := 4 * I * Td
+			run := 4 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*len(p.Tokens)*2+1)
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			dc := c * ds0
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if cnt := 2; cnt > 0 {
+								s6, d6 := s5, d5
+								if pl > 0 && ps+pl == s6 && pd+pl == d6 && psr == sReg && pdr == 0 {
+									pl += run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s6, d6, sReg, 0, run
+								}
+								if cnt > 1 {
+									if ss5 == run && ds5 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s6+ss5, d6+ds5, ss5, ds5, cnt-2, run, sReg, 0)
+										ps, pd, psr, pdr, pl = s6+(cnt-1)*ss5, d6+(cnt-1)*ds5, sReg, 0, run
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_11_vllm_xblock_to_vllm_xblock4_host moves part vllm_xblock to pool vllm_xblock4_host.
 //
 //	pair vllm_xblock -> vllm_xblock4_host: part(C L H D/8 T D%8) -> pool(S C L H D/4 T D%4), loops follow the dst
@@ -3679,6 +6406,10 @@ func range_11_vllm_xblock_to_vllm_xblock4_host(p *kernel.Problem, runs []kernel.
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func copy_11_vllm_xblock_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_11_vllm_xblock_to_vllm_xblock4_host(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3811,6 +6542,94 @@ func copy_11_vllm_xblock_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]by
 	kernel.Fence()
 }
 
+// tokenCopy_11_vllm_xblock_to_vllm_xblock4_host is copy_11_vllm_xblock_to_vllm_xblock4_host with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_11_vllm_xblock_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		sBase := 0
+		for c, D := range p.Dims {
+			ds0 := I * Td * D * Ld * Hd
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			ss2 := I * Ts * D
+			ds2 := I * Td * D
+			ss3 := 8 * I * Ts
+			ds3 := 8 * I * Td
+			ss4 := 4 * I
+			ds4 := 4 * I * Td
+			ss5 := 8 * I
+			ds5 := 4 * I
+			run := 4 * I
+			sf, df := 0, 0
+			var sc int
+			var sReg int32
+			if p.Src.Packed {
+				sc = sBase
+				sBase += I * Ts * D * Ls * Hs
+			} else {
+				sReg = int32(c)
+			}
+			dc := c * ds0
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for i4 := 0; i4 < 2; i4++ {
+							s5 := s4 + i4*ss4
+							d5 := d4 + i4*ds4
+							for _, tp := range p.Tokens {
+								ts, td := int(tp.Src), int(tp.Dst)
+								s6 := s5 + ts*ss5
+								d6 := d5 + td*ds5
+								if pl > 0 && ps+pl == s6 && pd+pl == d6 && psr == sReg && pdr == 0 {
+									pl += run
+									continue
+								}
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s6, d6, sReg, 0, run
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_9_vllm_host_to_vllm_flash moves pool vllm_host to part vllm_flash.
 //
 //	pair vllm_host -> vllm_flash: pool(L C S T H D) -> part(L C T H D), loops follow the dst
@@ -3822,6 +6641,9 @@ func copy_11_vllm_xblock_to_vllm_xblock4_host(p *kernel.Problem, dst, src [][]by
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func range_9_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_9_vllm_host_to_vllm_flash(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -3902,6 +6724,80 @@ func range_9_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 	return out[:nr]
 }
 
+// tokenRange_9_vllm_host_to_vllm_flash is range_9_vllm_host_to_vllm_flash with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_9_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs * Ss
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Hs * Ss
+	ds1 := I * Td * D * Hd
+	ss2 := I * D * Hs
+	ds2 := I * D * Hd
+	run := I * D * nH
+	out = kernel.Grow(out, nr, nL*NC*len(p.Tokens)+1)
+	s0, d0 := p.SrcHead*I*D, p.DstHead*I*D
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+					pl += run
+					continue
+				}
+				if pl > 0 {
+					r := &out[nr]
+					r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+					nr++
+				}
+				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_9_vllm_host_to_vllm_flash moves pool vllm_host to part vllm_flash.
 //
 //	pair vllm_host -> vllm_flash: pool(L C S T H D) -> part(L C T H D), loops follow the dst
@@ -3913,6 +6809,10 @@ func range_9_vllm_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []ker
 //	  D    x D     src I            dst I            fold
 //	  run I*D*nH
 func copy_9_vllm_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_9_vllm_host_to_vllm_flash(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -3979,6 +6879,68 @@ func copy_9_vllm_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_9_vllm_host_to_vllm_flash is copy_9_vllm_host_to_vllm_flash with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_9_vllm_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	ss0 := I * Ts * D * NC * Hs * Ss
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Hs * Ss
+	ds1 := I * Td * D * Hd
+	ss2 := I * D * Hs
+	ds2 := I * D * Hd
+	run := I * D * nH
+	s0, d0 := p.SrcHead*I*D, p.DstHead*I*D
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if pl > 0 && ps+pl == s3 && pd+pl == d3 && psr == 0 && pdr == 0 {
+					pl += run
+					continue
+				}
+				if pl > 0 {
+					copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+				}
+				ps, pd, psr, pdr, pl = s3, d3, 0, 0, run
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_9_vllm_host_to_flashinfer_hnd moves pool vllm_host to part flashinfer_hnd.
 //
 //	pair vllm_host -> flashinfer_hnd: pool(L C S T H D) -> part(L C H T D), loops follow the dst
@@ -3990,6 +6952,9 @@ func copy_9_vllm_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func range_9_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_9_vllm_host_to_flashinfer_hnd(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4099,6 +7064,86 @@ func range_9_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 	return out[:nr]
 }
 
+// tokenRange_9_vllm_host_to_flashinfer_hnd is range_9_vllm_host_to_flashinfer_hnd with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_9_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * NC * Hs * Ss
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Hs * Ss
+	ds1 := I * Td * D * Hd
+	ss2 := I * D
+	ds2 := I * Td * D
+	ss3 := I * D * Hs
+	ds3 := I * D
+	run := I * D
+	out = kernel.Grow(out, nr, nL*NC*nH*len(p.Tokens)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						r := &out[nr]
+						r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+						nr++
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_9_vllm_host_to_flashinfer_hnd moves pool vllm_host to part flashinfer_hnd.
 //
 //	pair vllm_host -> flashinfer_hnd: pool(L C S T H D) -> part(L C H T D), loops follow the dst
@@ -4110,6 +7155,10 @@ func range_9_vllm_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) [
 //	  D    x D     src I            dst I            fold
 //	  run I*D
 func copy_9_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_9_vllm_host_to_flashinfer_hnd(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -4222,6 +7271,74 @@ func copy_9_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_9_vllm_host_to_flashinfer_hnd is copy_9_vllm_host_to_flashinfer_hnd with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_9_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	ss0 := I * Ts * D * NC * Hs * Ss
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Hs * Ss
+	ds1 := I * Td * D * Hd
+	ss2 := I * D
+	ds2 := I * Td * D
+	ss3 := I * D * Hs
+	ds3 := I * D
+	run := I * D
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+						pl += run
+						continue
+					}
+					if pl > 0 {
+						copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+					}
+					ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_9_vllm_host_to_vllm_xblock moves pool vllm_host to part vllm_xblock.
 //
 //	pair vllm_host -> vllm_xblock: pool(L C S T H D) -> part(C L H D/8 T D%8), loops follow the dst
@@ -4235,6 +7352,9 @@ func copy_9_vllm_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func range_9_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_9_vllm_host_to_vllm_xblock(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4359,6 +7479,101 @@ func range_9_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 	return out[:nr]
 }
 
+// tokenRange_9_vllm_host_to_vllm_xblock is range_9_vllm_host_to_vllm_xblock with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_9_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		dBase := 0
+		for c, D := range p.Dims {
+			ss0 := I * Ts * D * Hs * Ss
+			ss1 := I * Ts * D * NC * Hs * Ss
+			ds1 := I * Td * D * Hd
+			ss2 := I * D
+			ds2 := I * Td * D
+			ss3 := 8 * I
+			ds3 := 8 * I * Td
+			ss4 := I * D * Hs
+			ds4 := 8 * I
+			run := 8 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*len(p.Tokens)+1)
+			sf, df := 0, 0
+			sc := c * ss0
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s5, d5, 0, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_9_vllm_host_to_vllm_xblock moves pool vllm_host to part vllm_xblock.
 //
 //	pair vllm_host -> vllm_xblock: pool(L C S T H D) -> part(C L H D/8 T D%8), loops follow the dst
@@ -4372,6 +7587,10 @@ func range_9_vllm_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []ke
 //	  D%8  x 8     src I            dst I            fold
 //	  run 8*I
 func copy_9_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_9_vllm_host_to_vllm_xblock(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -4499,6 +7718,89 @@ func copy_9_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 	kernel.Fence()
 }
 
+// tokenCopy_9_vllm_host_to_vllm_xblock is copy_9_vllm_host_to_vllm_xblock with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_9_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	NC := len(p.Dims)
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	Ss := p.Src.Slots
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	{
+		dBase := 0
+		for c, D := range p.Dims {
+			ss0 := I * Ts * D * Hs * Ss
+			ss1 := I * Ts * D * NC * Hs * Ss
+			ds1 := I * Td * D * Hd
+			ss2 := I * D
+			ds2 := I * Td * D
+			ss3 := 8 * I
+			ds3 := 8 * I * Td
+			ss4 := I * D * Hs
+			ds4 := 8 * I
+			run := 8 * I
+			sf, df := 0, 0
+			sc := c * ss0
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == dReg {
+								pl += run
+								continue
+							}
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							ps, pd, psr, pdr, pl = s5, d5, 0, dReg, run
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+}
+
 // range_17_vllm_xblock4_host_to_vllm_flash moves pool vllm_xblock4_host to part vllm_flash.
 //
 //	pair vllm_xblock4_host -> vllm_flash: pool(S C L H D/4 T D%4) -> part(L C T H D), loops follow the dst
@@ -4511,6 +7813,9 @@ func copy_9_vllm_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func range_17_vllm_xblock4_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_17_vllm_xblock4_host_to_vllm_flash(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4626,6 +7931,133 @@ func range_17_vllm_xblock4_host_to_vllm_flash(p *kernel.Problem, runs []kernel.R
 	return out[:nr]
 }
 
+// tokenRange_17_vllm_xblock4_host_to_vllm_flash is range_17_vllm_xblock4_host_to_vllm_flash with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_17_vllm_xblock4_host_to_vllm_flash(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * Hs
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Ls * Hs
+	ds1 := I * Td * D * Hd
+	ss2 := 4 * I
+	ds2 := I * D * Hd
+	ss3 := I * Ts * D
+	ds3 := I * D
+	ss4 := 4 * I * Ts
+	ds4 := 4 * I
+	run := 4 * I
+	out = kernel.Grow(out, nr, nL*NC*len(p.Tokens)*nH*(D/4)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if (D / 4) == 1 {
+					if cnt := nH; cnt > 0 {
+						s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s4, d4, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss3 == run && ds3 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s4+ss3, d4+ds3, ss3, ds3, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s4+(cnt-1)*ss3, d4+(cnt-1)*ds3, 0, 0, run
+							}
+						}
+					}
+				} else {
+					for i3 := 0; i3 < nH; i3++ {
+						s4 := s3 + (p.SrcHead+i3)*ss3
+						d4 := d3 + (p.DstHead+i3)*ds3
+						if cnt := (D / 4); cnt > 0 {
+							s5, d5 := s4, d4
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, run
+							}
+							if cnt > 1 {
+								if ss4 == run && ds4 == run {
+									pl += (cnt - 1) * run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, 0)
+									ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, 0, run
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_17_vllm_xblock4_host_to_vllm_flash moves pool vllm_xblock4_host to part vllm_flash.
 //
 //	pair vllm_xblock4_host -> vllm_flash: pool(S C L H D/4 T D%4) -> part(L C T H D), loops follow the dst
@@ -4638,6 +8070,10 @@ func range_17_vllm_xblock4_host_to_vllm_flash(p *kernel.Problem, runs []kernel.R
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func copy_17_vllm_xblock4_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_17_vllm_xblock4_host_to_vllm_flash(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -4756,6 +8192,136 @@ func copy_17_vllm_xblock4_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byt
 	kernel.Fence()
 }
 
+// tokenCopy_17_vllm_xblock4_host_to_vllm_flash is copy_17_vllm_xblock4_host_to_vllm_flash with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_17_vllm_xblock4_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * Ts * D * Hs
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Ls * Hs
+	ds1 := I * Td * D * Hd
+	ss2 := 4 * I
+	ds2 := I * D * Hd
+	ss3 := I * Ts * D
+	ds3 := I * D
+	ss4 := 4 * I * Ts
+	ds4 := 4 * I
+	run := 4 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for _, tp := range p.Tokens {
+				ts, td := int(tp.Src), int(tp.Dst)
+				s3 := s2 + ts*ss2
+				d3 := d2 + td*ds2
+				if ss3 == (D/4)*ss4 && ds3 == (D/4)*ds4 {
+					if cnt := nH * (D / 4); cnt > 0 {
+						s5, d5 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+						}
+					}
+				} else {
+					if (D / 4) == 1 {
+						if cnt := nH; cnt > 0 {
+							s4, d4 := s3+p.SrcHead*ss3, d3+p.DstHead*ds3
+							if cnt == 1 || ss3 == run && ds3 == run {
+								n := cnt * run
+								if pl > 0 && ps+pl == s4 && pd+pl == d4 && psr == 0 && pdr == 0 {
+									pl += n
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									ps, pd, psr, pdr, pl = s4, d4, 0, 0, n
+								}
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								pl = 0
+								move(dst[0][d4:], ds3, src[0][s4:], ss3, run, cnt)
+							}
+						}
+					} else {
+						for i3 := 0; i3 < nH; i3++ {
+							s4 := s3 + (p.SrcHead+i3)*ss3
+							d4 := d3 + (p.DstHead+i3)*ds3
+							if cnt := (D / 4); cnt > 0 {
+								s5, d5 := s4, d4
+								if cnt == 1 || ss4 == run && ds4 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_17_vllm_xblock4_host_to_flashinfer_hnd moves pool vllm_xblock4_host to part flashinfer_hnd.
 //
 //	pair vllm_xblock4_host -> flashinfer_hnd: pool(S C L H D/4 T D%4) -> part(L C H T D), loops follow the dst
@@ -4768,6 +8334,9 @@ func copy_17_vllm_xblock4_host_to_vllm_flash(p *kernel.Problem, dst, src [][]byt
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func range_17_vllm_xblock4_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_17_vllm_xblock4_host_to_flashinfer_hnd(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -4883,6 +8452,104 @@ func range_17_vllm_xblock4_host_to_flashinfer_hnd(p *kernel.Problem, runs []kern
 	return out[:nr]
 }
 
+// tokenRange_17_vllm_xblock4_host_to_flashinfer_hnd is range_17_vllm_xblock4_host_to_flashinfer_hnd with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_17_vllm_xblock4_host_to_flashinfer_hnd(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	ss0 := I * Ts * D * Hs
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Ls * Hs
+	ds1 := I * Td * D * Hd
+	ss2 := I * Ts * D
+	ds2 := I * Td * D
+	ss3 := 4 * I
+	ds3 := I * D
+	ss4 := 4 * I * Ts
+	ds4 := 4 * I
+	run := 4 * I
+	out = kernel.Grow(out, nr, nL*NC*nH*len(p.Tokens)*(D/4)+1)
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if cnt := (D / 4); cnt > 0 {
+						s5, d5 := s4, d4
+						if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+							pl += run
+						} else {
+							if pl > 0 {
+								r := &out[nr]
+								r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+								nr++
+							}
+							ps, pd, psr, pdr, pl = s5, d5, 0, 0, run
+						}
+						if cnt > 1 {
+							if ss4 == run && ds4 == run {
+								pl += (cnt - 1) * run
+							} else {
+								if pl > 0 {
+									r := &out[nr]
+									r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+									nr++
+								}
+								nr = kernel.EmitStrided(out, nr, s5+ss4, d5+ds4, ss4, ds4, cnt-2, run, 0, 0)
+								ps, pd, psr, pdr, pl = s5+(cnt-1)*ss4, d5+(cnt-1)*ds4, 0, 0, run
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_17_vllm_xblock4_host_to_flashinfer_hnd moves pool vllm_xblock4_host to part flashinfer_hnd.
 //
 //	pair vllm_xblock4_host -> flashinfer_hnd: pool(S C L H D/4 T D%4) -> part(L C H T D), loops follow the dst
@@ -4895,6 +8562,10 @@ func range_17_vllm_xblock4_host_to_flashinfer_hnd(p *kernel.Problem, runs []kern
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func copy_17_vllm_xblock4_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_17_vllm_xblock4_host_to_flashinfer_hnd(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -5013,6 +8684,90 @@ func copy_17_vllm_xblock4_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][
 	kernel.Fence()
 }
 
+// tokenCopy_17_vllm_xblock4_host_to_flashinfer_hnd is copy_17_vllm_xblock4_host_to_flashinfer_hnd with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_17_vllm_xblock4_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	D := p.Dims[0]
+	NC := len(p.Dims)
+	Ls := p.Src.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	ss0 := I * Ts * D * Hs
+	ds0 := I * Td * D * NC * Hd
+	ss1 := I * Ts * D * Ls * Hs
+	ds1 := I * Td * D * Hd
+	ss2 := I * Ts * D
+	ds2 := I * Td * D
+	ss3 := 4 * I
+	ds3 := I * D
+	ss4 := 4 * I * Ts
+	ds4 := 4 * I
+	run := 4 * I
+	s0, d0 := 0, 0
+	for i0 := 0; i0 < nL; i0++ {
+		lp := p.Layers[i0]
+		s1 := s0 + int(lp.Src)*ss0
+		d1 := d0 + int(lp.Dst)*ds0
+		for i1 := 0; i1 < NC; i1++ {
+			s2 := s1 + i1*ss1
+			d2 := d1 + i1*ds1
+			for i2 := 0; i2 < nH; i2++ {
+				s3 := s2 + (p.SrcHead+i2)*ss2
+				d3 := d2 + (p.DstHead+i2)*ds2
+				for _, tp := range p.Tokens {
+					ts, td := int(tp.Src), int(tp.Dst)
+					s4 := s3 + ts*ss3
+					d4 := d3 + td*ds3
+					if cnt := (D / 4); cnt > 0 {
+						s5, d5 := s4, d4
+						if cnt == 1 || ss4 == run && ds4 == run {
+							n := cnt * run
+							if pl > 0 && ps+pl == s5 && pd+pl == d5 && psr == 0 && pdr == 0 {
+								pl += n
+							} else {
+								if pl > 0 {
+									copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+								}
+								ps, pd, psr, pdr, pl = s5, d5, 0, 0, n
+							}
+						} else {
+							if pl > 0 {
+								copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+							}
+							pl = 0
+							move(dst[0][d5:], ds4, src[0][s5:], ss4, run, cnt)
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
 // range_17_vllm_xblock4_host_to_vllm_xblock moves pool vllm_xblock4_host to part vllm_xblock.
 //
 //	pair vllm_xblock4_host -> vllm_xblock: pool(S C L H D/4 T D%4) -> part(C L H D/8 T D%8), loops follow the dst
@@ -5027,6 +8782,9 @@ func copy_17_vllm_xblock4_host_to_flashinfer_hnd(p *kernel.Problem, dst, src [][
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func range_17_vllm_xblock4_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if p.Tokens != nil {
+		return tokenRange_17_vllm_xblock4_host_to_vllm_xblock(p, runs)
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return runs
 	}
@@ -5156,6 +8914,118 @@ func range_17_vllm_xblock4_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.
 	return out[:nr]
 }
 
+// tokenRange_17_vllm_xblock4_host_to_vllm_xblock is range_17_vllm_xblock4_host_to_vllm_xblock with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenRange_17_vllm_xblock4_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return runs
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	out, nr := runs[:cap(runs)], len(runs)
+	if nr > 0 {
+		last := out[nr-1]
+		ps, pd, psr, pdr, pl = last.Src, last.Dst, last.SrcRegion, last.DstRegion, last.Len
+		nr--
+	}
+	{
+		dBase := 0
+		for c, D := range p.Dims {
+			ss0 := I * Ts * D * Ls * Hs
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			ss2 := I * Ts * D
+			ds2 := I * Td * D
+			ss3 := 8 * I * Ts
+			ds3 := 8 * I * Td
+			ss4 := 4 * I
+			ds4 := 8 * I
+			ss5 := 4 * I * Ts
+			ds5 := 4 * I
+			run := 4 * I
+			out = kernel.Grow(out, nr, nL*nH*(D/8)*len(p.Tokens)*2+1)
+			sf, df := 0, 0
+			sc := c * ss0
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if cnt := 2; cnt > 0 {
+								s6, d6 := s5, d5
+								if pl > 0 && ps+pl == s6 && pd+pl == d6 && psr == 0 && pdr == dReg {
+									pl += run
+								} else {
+									if pl > 0 {
+										r := &out[nr]
+										r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+										nr++
+									}
+									ps, pd, psr, pdr, pl = s6, d6, 0, dReg, run
+								}
+								if cnt > 1 {
+									if ss5 == run && ds5 == run {
+										pl += (cnt - 1) * run
+									} else {
+										if pl > 0 {
+											r := &out[nr]
+											r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+											nr++
+										}
+										nr = kernel.EmitStrided(out, nr, s6+ss5, d6+ds5, ss5, ds5, cnt-2, run, 0, dReg)
+										ps, pd, psr, pdr, pl = s6+(cnt-1)*ss5, d6+(cnt-1)*ds5, 0, dReg, run
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		r := &out[nr]
+		r.SrcRegion, r.DstRegion, r.Src, r.Dst, r.Len = psr, pdr, ps, pd, pl
+		nr++
+	}
+	return out[:nr]
+}
+
 // copy_17_vllm_xblock4_host_to_vllm_xblock moves pool vllm_xblock4_host to part vllm_xblock.
 //
 //	pair vllm_xblock4_host -> vllm_xblock: pool(S C L H D/4 T D%4) -> part(C L H D/8 T D%8), loops follow the dst
@@ -5170,6 +9040,10 @@ func range_17_vllm_xblock4_host_to_vllm_xblock(p *kernel.Problem, runs []kernel.
 //	  D%4  x 4     src I            dst I            fold
 //	  run 4*I
 func copy_17_vllm_xblock4_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if p.Tokens != nil {
+		tokenCopy_17_vllm_xblock4_host_to_vllm_xblock(p, dst, src)
+		return
+	}
 	if len(p.Layers) == 0 || p.Heads == 0 {
 		return
 	}
@@ -5288,6 +9162,104 @@ func copy_17_vllm_xblock4_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]by
 											move(dst[dReg][d6:], ds5, src[0][s6:], ss5, run, cnt)
 										}
 									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if pl > 0 {
+		copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+	}
+	kernel.Fence()
+}
+
+// tokenCopy_17_vllm_xblock4_host_to_vllm_xblock is copy_17_vllm_xblock4_host_to_vllm_xblock with a token list
+// (Problem.Tokens): it walks the token pairs at the outermost T loop and
+// places each digit of a token on each side from that side's T extent.
+func tokenCopy_17_vllm_xblock4_host_to_vllm_xblock(p *kernel.Problem, dst, src [][]byte) {
+	if len(p.Layers) == 0 || p.Heads == 0 || len(p.Tokens) == 0 {
+		return
+	}
+	I := p.ItemSize
+	Ls := p.Src.Layers
+	Ld := p.Dst.Layers
+	Hs := p.Src.Heads
+	Hd := p.Dst.Heads
+	nL := len(p.Layers)
+	nH := p.Heads
+	Ts := p.Src.Tokens
+	if Ts == 0 {
+		Ts = p.PageSize
+	}
+	Td := p.Dst.Tokens
+	if Td == 0 {
+		Td = p.PageSize
+	}
+	var (
+		ps, pd, pl int
+		psr, pdr   int32
+	)
+	move := kernel.Mover(p)
+	{
+		dBase := 0
+		for c, D := range p.Dims {
+			ss0 := I * Ts * D * Ls * Hs
+			ss1 := I * Ts * D * Hs
+			ds1 := I * Td * D * Hd
+			ss2 := I * Ts * D
+			ds2 := I * Td * D
+			ss3 := 8 * I * Ts
+			ds3 := 8 * I * Td
+			ss4 := 4 * I
+			ds4 := 8 * I
+			ss5 := 4 * I * Ts
+			ds5 := 4 * I
+			run := 4 * I
+			sf, df := 0, 0
+			sc := c * ss0
+			var dc int
+			var dReg int32
+			if p.Dst.Packed {
+				dc = dBase
+				dBase += I * Td * D * Ld * Hd
+			} else {
+				dReg = int32(c)
+			}
+			for i1 := 0; i1 < nL; i1++ {
+				lp := p.Layers[i1]
+				s2 := sf + sc + int(lp.Src)*ss1
+				d2 := df + dc + int(lp.Dst)*ds1
+				for i2 := 0; i2 < nH; i2++ {
+					s3 := s2 + (p.SrcHead+i2)*ss2
+					d3 := d2 + (p.DstHead+i2)*ds2
+					for i3 := 0; i3 < (D / 8); i3++ {
+						s4 := s3 + i3*ss3
+						d4 := d3 + i3*ds3
+						for _, tp := range p.Tokens {
+							ts, td := int(tp.Src), int(tp.Dst)
+							s5 := s4 + ts*ss4
+							d5 := d4 + td*ds4
+							if cnt := 2; cnt > 0 {
+								s6, d6 := s5, d5
+								if cnt == 1 || ss5 == run && ds5 == run {
+									n := cnt * run
+									if pl > 0 && ps+pl == s6 && pd+pl == d6 && psr == 0 && pdr == dReg {
+										pl += n
+									} else {
+										if pl > 0 {
+											copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+										}
+										ps, pd, psr, pdr, pl = s6, d6, 0, dReg, n
+									}
+								} else {
+									if pl > 0 {
+										copy(dst[pdr][pd:pd+pl], src[psr][ps:ps+pl])
+									}
+									pl = 0
+									move(dst[dReg][d6:], ds5, src[0][s6:], ss5, run, cnt)
 								}
 							}
 						}

@@ -19,6 +19,7 @@ func (in Interpreter) Kernels() *Kernels {
 		Copy:   in.Copy,
 		Digest: in.IR.Digest(),
 		Origin: "interpreter",
+		Tokens: true,
 	}
 }
 

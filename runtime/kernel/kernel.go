@@ -24,10 +24,12 @@ import (
 //
 // so that a file generated for another runtime fails to compile. Version 2
 // moves rows with Mover and Fence; version 3 names kernels unambiguously
-// and joins layouts that split an axis by different factors. Files of
-// versions 1 and 2 use nothing this runtime lacks.
+// and joins layouts that split an axis by different factors; version 4
+// kernels take token lists (Problem.Tokens) and say so (Kernels.Tokens).
+// Files of versions 1 to 3 use nothing this runtime lacks; their kernels
+// take no token list.
 const (
-	GenVersion    = 3
+	GenVersion    = 4
 	MinGenVersion = 1
 )
 
@@ -90,8 +92,8 @@ type Problem struct {
 	// Tokens, when not nil, lists the common tokens in ascending order of
 	// both sides' local indices, and each side holds Side.Tokens tokens a
 	// page: the buffers hold different token sets (context parallelism).
-	// nil means every token 0..PageSize-1 on both sides. Generated kernels
-	// take only nil; the Interpreter takes both.
+	// nil means every token 0..PageSize-1 on both sides. The Interpreter,
+	// and kernels generated for version 4 on (Kernels.Tokens), take both.
 	Tokens []TokenPair
 }
 
@@ -132,6 +134,11 @@ type Kernels struct {
 	Copy   CopyFunc
 	Digest string // digest of the lowered pair the kernels were generated from
 	Origin string // the .kvl file and layout names, for conflict messages
+	// Tokens is true when Range and Copy take a token list (Problem.Tokens):
+	// the interpreter's, and those generated for version 4 on. Kernels of
+	// older generated files move every token of a page whatever the list,
+	// and must not be given one.
+	Tokens bool
 }
 
 // registry holds the registered kernels. Init functions register, and

@@ -17,7 +17,9 @@ import (
 )
 
 // CheckGenerated runs the generated kernels of every pair of f on random
-// cases, and on one LargeCase, and requires of each what CheckCase does.
+// cases, on as many with random token sets on both sides (context
+// parallelism: kerneltest.RandomTokens), and on one LargeCase, and requires
+// of each what CheckCase does.
 func CheckGenerated(t *testing.T, f *ir.File, cases int) {
 	r := rand.New(rand.NewPCG(7, 11))
 	for _, p := range f.Pairs {
@@ -25,12 +27,22 @@ func CheckGenerated(t *testing.T, f *ir.File, cases int) {
 			k := kernel.Lookup(kernel.Pair{Src: p.Src.Identity(), Dst: p.Dst.Identity()})
 			require.NotNil(t, k, "no generated kernels registered for %s", p.Key())
 			require.Equal(t, p.Digest(), k.Digest, "registered kernels of %s come from another lowering", p.Key())
-			for i := range cases + 1 {
+			require.True(t, k.Tokens, "generated kernels of %s take no token list", p.Key())
+			for i := range 2*cases + 1 {
 				var c *kerneltest.Case
-				if i == cases {
+				switch {
+				case i == 2*cases:
 					c = kerneltest.LargeCase(p.Src, p.Dst)
 					require.GreaterOrEqual(t, c.Problem().Bytes(), kernel.StreamBytes)
-				} else {
+				case i%2 == 1:
+					// Token sets that differ, so that the case lists its
+					// common tokens; one draw in five or so keeps every token.
+					c = kerneltest.RandomCase(r, p.Src, p.Dst)
+					for try := 0; try == 0 || c.Problem().Tokens == nil; try++ {
+						require.Less(t, try, 100, "no token sets that differ for %s", c)
+						kerneltest.RandomTokens(r, c)
+					}
+				default:
 					c = kerneltest.RandomCase(r, p.Src, p.Dst)
 				}
 				CheckCase(t, r, p, k, c)
@@ -46,8 +58,9 @@ func CheckGenerated(t *testing.T, f *ir.File, cases int) {
 // few as the model's MinRuns. Layouts whose outermost axis is not C get
 // the same head dim for every component. A case whose buffers hold
 // different tokens (context parallelism) lists its common tokens, which
-// only the interpreter takes: k must then be nil, and the runs may be more
-// than the fewest where a layout puts other axes between its T digits.
+// the interpreter and k both walk at the outermost T loop: their runs are
+// still the same, but may be more than the fewest where a layout puts
+// other axes between its T digits (the planner sorts and merges them).
 func CheckCase(t *testing.T, r *rand.Rand, p *ir.Pair, k *kernel.Kernels, c *kerneltest.Case) {
 	t.Helper()
 	if !p.Src.COuter() || !p.Dst.COuter() {
