@@ -327,7 +327,7 @@ func (s *planSetup) printPlan(w io.Writer, pl *plan.Plan, out *planJSON) {
 	case pl.Interpreted:
 		kind = "interpreter"
 	case pl.TokenLists:
-		kind = "compiled kernels and token lists on the interpreter"
+		kind = "compiled kernels with token lists"
 	}
 	fmt.Fprintf(w, "plan     %d ops, %d bytes, strategy %s, %s\n", out.OpCount, out.Bytes, out.Strategy, kind)
 	fmt.Fprintf(w, "cost     transport %s, estimated %s", out.Transport, time.Duration(out.EstimatedNS))

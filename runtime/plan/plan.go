@@ -36,10 +36,10 @@ type Plan struct {
 	// and ran on the interpreter.
 	Interpreted bool
 	// TokenLists is true when a part holds other tokens than the binding
-	// (context parallelism), so that the interpreter walked its common
-	// tokens: generated kernels take every token of a page, or a CP rank's
-	// tokens when both sides hold the same ones. This is not a fallback:
-	// no compiled kernel takes a token list.
+	// (context parallelism), so that the range kernel walked a list of
+	// their common tokens: the compiled kernel when it takes token lists
+	// (kernel.Kernels.Tokens), the interpreter otherwise. This is not a
+	// fallback.
 	TokenLists bool
 
 	// Strategy is how the plan moves the bytes (strategy.go). Ops are always
@@ -143,14 +143,15 @@ func (p *Planner) Geometry() *Geometry { return p.geo }
 // layout pair was not compiled.
 func (p *Planner) Fallbacks() int64 { return p.fallbacks.Load() }
 
-// TokenPlans counts the plans that walked token lists on the interpreter
-// (Plan.TokenLists).
+// TokenPlans counts the plans that walked token lists (Plan.TokenLists).
 func (p *Planner) TokenPlans() int64 { return p.tokenPlans.Load() }
 
-// tokenKernels returns the interpreter of the pair of kernelsFor: the
-// kernels of parts whose tokens differ from the binding's.
+// tokenKernels returns the kernels of parts whose tokens differ from the
+// binding's: k, the kernels of kernelsFor, when they take token lists (the
+// generated ones of version 4 on, and the interpreter), else the
+// interpreter of the pair.
 func (p *Planner) tokenKernels(m *manifest.Manifest, k *kernel.Kernels) (*kernel.Kernels, error) {
-	if k.Origin == "interpreter" {
+	if k.Tokens {
 		return k, nil
 	}
 	key := m.Layout.Name + "\x00" + m.Layout.Order + "\x00tokens"
