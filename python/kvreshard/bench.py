@@ -34,9 +34,11 @@ stdout, flushed:
   slots; one line a round, ``{"round": i, "seconds": s, "hit": h,
   "bytes": b, "ops": o, "stop": "NONE"}``, s timed around the read call.
 - ``{"op": "calls", "rounds": r, "calls": n}``: r rounds of n calls
-  read([], []) and n calls of the library's cheapest function through
-  ctypes (kvr_set_max_procs(0)); one line a round, ``{"round": i, "us":
-  mean µs of an empty read, "floor_us": mean µs of the cheapest call}``.
+  read([], []), n calls of kvr_reader_read through ctypes with its
+  arguments ready (the empty read without the package's Python) and n
+  calls of the library's cheapest function (kvr_set_max_procs(0)); one
+  line a round, ``{"round": i, "us": mean µs of an empty read, "raw_us":
+  of the ready call, "floor_us": of the cheapest call}``.
 - ``{"op": "digest"}``: ``{"sha256": [hex of K, hex of V]}`` of the pool.
 
 At end of input it closes everything and exits 0. A bad command or a
@@ -44,6 +46,7 @@ failure answers ``{"error": "..."}`` and exits 1.
 """
 
 import argparse
+import array
 import ctypes
 import hashlib
 import json
@@ -137,17 +140,26 @@ class _Server:
     def calls(self, c):
         r, n = self.opened("calls"), _count(c, "calls")
         read, floor, prev = r.read, _lib.lib().kvr_set_max_procs, ctypes.c_int32()
+        raw, h, res, err = _lib.lib().kvr_reader_read, r._handle(), _lib.CReadResult(), _lib.errbuf()
+        offs = array.array("q", [0])
+        off = offs.buffer_info()[0]
+        if raw(h, b"", off, None, 0, ctypes.byref(res), err, _lib.ERRLEN) != _lib.OK or res.hit != 0:
+            raise RuntimeError("calls: an empty kvr_reader_read failed: %s" % err.value.decode("utf-8", "replace"))
         for i in range(_count(c, "rounds")):
             t = time.perf_counter()
             for _ in range(n):
                 read([], [])
             d = time.perf_counter() - t
-            p = ctypes.byref(prev)
+            p, o = ctypes.byref(prev), ctypes.byref(res)
+            t = time.perf_counter()
+            for _ in range(n):
+                raw(h, b"", off, None, 0, o, err, _lib.ERRLEN)
+            w = time.perf_counter() - t
             t = time.perf_counter()
             for _ in range(n):
                 floor(0, p)
             f = time.perf_counter() - t
-            self.say({"round": i, "us": d / n * 1e6, "floor_us": f / n * 1e6})
+            self.say({"round": i, "us": d / n * 1e6, "raw_us": w / n * 1e6, "floor_us": f / n * 1e6})
 
     def digest(self, c):
         self.opened("digest")

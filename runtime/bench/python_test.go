@@ -99,6 +99,7 @@ func TestPythonProtocol(t *testing.T) {
 	for i, r := range calls {
 		require.Equal(t, i, r.Round)
 		require.Positive(t, r.US)
+		require.Positive(t, r.RawUS)
 		require.Positive(t, r.FloorUS)
 	}
 	err = py.send(map[string]any{"op": "write"}, 1, func(int) any { return new(pyRound) })
