@@ -227,8 +227,9 @@ int kvr_reader_read(uint64_t reader, const char *keys, const int64_t *offsets, c
  *   copy_workers: the threads that copy a read's staged bytes into the
  *     pool, the calling one included; 0 (the default at open) = the
  *     GOMAXPROCS cap at this call (kvr_set_max_procs), 1 = the calling
- *     thread alone; at most 1024. With more than one, a read with pages
- *     runs on a thread of the library while the calling thread waits.
+ *     thread alone; at most 1024. With more than one, a read of 1 MiB or
+ *     more of this rank's bytes runs on a thread of the library while the
+ *     calling thread waits (smaller reads cannot use a second worker).
  *   max_pages, max_bytes: the prefetch budget of one read, in pages and in
  *     bytes of this rank's pool: pages past it are not read and the read
  *     stops with KVR_STOP_BUDGET; 0 (the default) = no limit.
