@@ -1,6 +1,11 @@
 package reshard
 
-import "testing"
+import (
+	"context"
+	"testing"
+
+	"github.com/kvreshard/kvreshard/runtime/plan"
+)
 
 // SetMinCopyShare makes readers give each copy worker at least minBytes
 // (1 when it is 0 or less), and calls f with the workers of each group of
@@ -33,4 +38,26 @@ func SetPipeBatch(t testing.TB, n int, launched func()) {
 	old := pipeBatch
 	pipeBatch, testHookLaunch = n, launched
 	t.Cleanup(func() { pipeBatch, testHookLaunch = old, nil })
+}
+
+// ReadSwapped reads keys as Read does, with the template of page i
+// replaced by swap(i, template): a request that mixes strategies. It
+// returns the pages read in full and why the reads stopped.
+func ReadSwapped(r *Reader, ctx context.Context, keys []string, slots []int, regions [][]byte, swap func(i int, t *plan.Plan) *plan.Plan) (int, error) {
+	pages, stop := r.lookup(ctx, keys)
+	if stop != nil {
+		return 0, stop
+	}
+	for i, t := range pages.tpls {
+		pages.tpls[i] = swap(i, t)
+	}
+	x := r.newExec(ctx, pages.tpls, pages.sums, keys, slots, regions)
+	defer x.release()
+	for i := range pages.tpls {
+		if !x.add(i) {
+			break
+		}
+	}
+	x.flush(true)
+	return x.hit, x.err
 }

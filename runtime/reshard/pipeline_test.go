@@ -208,3 +208,57 @@ func TestPipelinedCancel(t *testing.T) {
 	checkPool(t, p.rd.Geometry(), p.before, p.regions, keys, slots, 3)
 	require.Equal(t, 4, p.sp.Calls("ReadRanges"))
 }
+
+// TestPipelinedDirectWaits reads three pages, two staged (one batch each)
+// and then one direct, whose ranges read straight into the pool: they are
+// read only once the batch in flight passed its checks. When page 0 fails
+// its check, pages 1 and 2 are never read and the pool is untouched; when
+// it passes, every page is read.
+func TestPipelinedDirectWaits(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.name == "mem" {
+			t.Skip("a store that lends its parts stages nothing")
+		}
+		reshard.SetPipeBatch(t, 1, nil)
+		slots := []int{2, 0, 1}
+		bind, err := plan.BindingFor(&small.Descriptor, tp2pp2, placement.Rank{}, builtin(t, "page_first"), len(slots))
+		require.NoError(t, err)
+		direct, err := plan.NewPlanner(&small.Descriptor, bind, plan.Options{Strategy: plan.Direct})
+		require.NoError(t, err)
+		for _, bad := range []bool{true, false} {
+			t.Run(fmt.Sprintf("page 0 corrupt %v", bad), func(t *testing.T) {
+				keys := content.PageKeys(fmt.Sprintf("pipelined-direct-%v", bad), small.Domain(), 3)
+				if bad {
+					corruptPage(t, b, keys, 0)
+				} else {
+					writeAll(t, b.st, small, tp4pp1, "PLHD", keys)
+				}
+				sp := newSpy(b.st)
+				rd, regions := newReader(t, sp, small, tp2pp2, placement.Rank{}, "page_first", len(slots),
+					reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}, CopyWorkers: 2})
+				before := clone(regions)
+				hit, err := reshard.ReadSwapped(rd, context.Background(), keys, slots, regions, func(i int, tpl *plan.Plan) *plan.Plan {
+					if i < 2 {
+						require.Equal(t, plan.Staged, tpl.Strategy)
+						return tpl
+					}
+					d, err := direct.Template(tpl.Manifest)
+					require.NoError(t, err)
+					require.Equal(t, plan.Direct, d.Strategy)
+					return d
+				})
+				if bad {
+					require.EqualError(t, err, "part 1: part checksum mismatch")
+					require.Zero(t, hit)
+					require.Equal(t, 1, sp.Calls("ReadRanges"), "pages 1 and 2 are not read")
+					checkPool(t, rd.Geometry(), before, regions, keys, slots, 0)
+					return
+				}
+				require.NoError(t, err)
+				require.Equal(t, 3, hit)
+				require.Equal(t, 2, sp.Calls("ReadRanges"))
+				checkPool(t, rd.Geometry(), before, regions, keys, slots, 3)
+			})
+		}
+	})
+}
