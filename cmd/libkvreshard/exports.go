@@ -77,7 +77,8 @@ func goModel(m *C.kvr_model) modelArgs {
 }
 
 func goPlacement(p *C.kvr_placement) placementArgs {
-	a := placementArgs{tp: int(p.tp), pp: int(p.pp), tpRank: int(p.tp_rank), ppRank: int(p.pp_rank)}
+	a := placementArgs{tp: int(p.tp), pp: int(p.pp), tpRank: int(p.tp_rank), ppRank: int(p.pp_rank),
+		cp: int(p.cp), cpRank: int(p.cp_rank), cpInterleave: int(p.cp_interleave)}
 	// pp_layers has pp entries; with pp out of range the topology is
 	// refused whatever they hold, so they are not read.
 	if p.pp_layers != nil && p.pp >= 1 && p.pp <= maxLayers {

@@ -3,10 +3,10 @@
  *
  * libkvreshard writes the KV-cache pages of one serving rank's host pool
  * into a store and reads them back into any other rank's pool, whatever the
- * writer's and the reader's TP, PP and memory layouts. It is kvreshard's Go
- * runtime built as a shared library; this hand-written header is its stable
- * interface (the header Go generates beside the library is not: do not
- * include it).
+ * writer's and the reader's TP, PP, CP (context parallelism) and memory
+ * layouts. It is kvreshard's Go runtime built as a shared library; this
+ * hand-written header is its stable interface (the header Go generates
+ * beside the library is not: do not include it).
  *
  * Build (from the repository root, Go 1.26 and gcc):
  *
@@ -112,7 +112,9 @@ typedef struct {
     const char *name, *revision, *namespace_, *fingerprint;
 } kvr_model;
 
-/* A rank's place in a TP x PP topology. */
+/* A rank's place in a TP x PP x CP topology. Zero-initialize it (as with
+ * `kvr_placement p = {0};` or designated initializers) so that fields a
+ * caller does not set mean what their 0 says. */
 typedef struct {
     int32_t tp, pp;           /* tensor- and pipeline-parallel sizes */
     int32_t tp_rank, pp_rank; /* this rank: 0 <= tp_rank < tp, 0 <= pp_rank < pp */
@@ -120,12 +122,27 @@ typedef struct {
      * or NULL for kvreshard's even split (remainder to the first stages).
      * Frameworks split differently: pass the framework's split. */
     const int32_t *pp_layers;
+    /* Context parallelism: a page's tokens are dealt to cp ranks in runs of
+     * cp_interleave tokens, round-robin, so that token p of a page belongs to
+     * CP rank (p / cp_interleave) % cp, and local token j of CP rank c is
+     * token ((j / cp_interleave) * cp + c) * cp_interleave + j % cp_interleave
+     * of the page (SGLang's DCP: cp_interleave 1; vLLM's DCP:
+     * --cp-kv-cache-interleave-size; page / cp: contiguous slices). 0 means
+     * cp 1, cp_rank 0 and cp_interleave 1 (no context parallelism).
+     * cp_interleave must divide the page, cp x cp_interleave too, and cp is at
+     * most the page's tokens (and 1024); 0 <= cp_rank < cp. Every rank of a
+     * topology uses the same cp and cp_interleave. A pool of a CP rank holds
+     * page / cp tokens a page (see kvr_pool). */
+    int32_t cp, cp_rank, cp_interleave;
 } kvr_placement;
 
 /* A rank's host pool: caller-owned memory registered at open. It must stay
  * valid, and not be freed or unmapped, until the writer or reader that uses
- * it is closed. The pool holds the rank's share only: its layers (PP) and
- * its KV heads (TP). */
+ * it is closed. The pool holds the rank's share only: its layers (PP), its
+ * KV heads (TP) and its tokens (CP). With context parallelism of cp ranks a
+ * slot holds page / cp tokens, the CP rank's own, in their order in the page
+ * (local token j as kvr_placement says): the token extent of every layout
+ * below is page / cp, not page. */
 typedef struct {
     /* A pool layout: "page_first" ([slot][token][layer][head][dim] per
      * component), "page_first_direct" ([slot][layer][token][head][dim]),
@@ -182,10 +199,10 @@ int kvr_writer_publish(uint64_t writer, char *err, size_t errlen);
 /* kvr_writer_write writes this rank's part of the n pages keys (see Keys
  * above), page i held at pool slot slots[i], and puts one KVR_WRITTEN ..
  * KVR_FAILED byte per page into statuses. It skips pages already complete.
- * A page is readable once every part of it is written (every PP stage, and
- * every distinct head interval of TP). It returns an error only for bad
- * arguments, a failed publish, or a failed batch query; a page that was
- * refused or failed is KVR_OK, named in err. */
+ * A page is readable once every part of it is written (every PP stage,
+ * every distinct head interval of TP, every CP rank's tokens). It returns
+ * an error only for bad arguments, a failed publish, or a failed batch
+ * query; a page that was refused or failed is KVR_OK, named in err. */
 int kvr_writer_write(uint64_t writer, const char *keys, const int64_t *offsets, const int64_t *slots,
                      int64_t n, uint8_t *statuses, char *err, size_t errlen);
 int kvr_writer_close(uint64_t writer, char *err, size_t errlen);

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
 	"github.com/kvreshard/kvreshard/runtime/store"
@@ -93,6 +94,20 @@ func TestBuildPlacement(t *testing.T) {
 	d := &m.Descriptor
 	_, _, err = buildPlacement(d, placementArgs{tp: 2, pp: 2, tpRank: 1, ppRank: 1, ppLayers: []int{4, 2}})
 	require.NoError(t, err)
+	// cp, cp_rank and cp_interleave reach the topology and the rank; 0
+	// means no context parallelism.
+	top, r, err := buildPlacement(d, placementArgs{tp: 2, pp: 1, tpRank: 1, cp: 2, cpRank: 1, cpInterleave: 2})
+	require.NoError(t, err)
+	require.Equal(t, placement.Topology{TP: 2, PP: 1, CP: 2, Interleave: 2}, top)
+	require.Equal(t, placement.Rank{TP: 1, CP: 1}, r)
+	sh, err := top.Share(d, r)
+	require.NoError(t, err)
+	require.Equal(t, manifest.TokenSet{CPSize: 2, CPRank: 1, Interleave: 2}, sh.Tokens)
+	top, _, err = buildPlacement(d, placementArgs{tp: 1, pp: 1})
+	require.NoError(t, err)
+	sh, err = top.Share(d, placement.Rank{})
+	require.NoError(t, err)
+	require.True(t, sh.Tokens.All())
 	for _, c := range []struct {
 		a   placementArgs
 		msg string
@@ -103,6 +118,12 @@ func TestBuildPlacement(t *testing.T) {
 		{placementArgs{tp: 1, pp: 2, ppLayers: []int{4, 1}}, "placement: pp-layers sum to 5, not the 6 layers"},
 		{placementArgs{tp: 2, pp: 2, ppRank: 2}, "placement: rank tp 0 pp 2 is outside tp 2 x pp 2"},
 		{placementArgs{tp: 2, pp: 2, tpRank: -1}, "placement: rank tp -1 pp 0 is outside tp 2 x pp 2"},
+		{placementArgs{tp: 1, pp: 1, cp: 2, cpInterleave: 3}, "placement: cp interleave 3 does not divide the page's 4 tokens"},
+		{placementArgs{tp: 1, pp: 1, cp: 8}, "placement: cp 8 is more than the page's 4 tokens"},
+		{placementArgs{tp: 1, pp: 1, cp: 4, cpInterleave: 2}, "placement: cp 4 x cp interleave 2 is 8 tokens, which does not divide the page's 4 tokens"},
+		{placementArgs{tp: 2, pp: 1, cp: 2, cpRank: 2}, "placement: rank tp 0 pp 0 cp 2 is outside tp 2 x pp 1 x cp 2"},
+		{placementArgs{tp: 1, pp: 1, cpRank: 1}, "placement: rank tp 0 pp 0 cp 1 is outside tp 1 x pp 1 x cp 1"},
+		{placementArgs{tp: 1, pp: 1, cp: -1}, "placement: cp -1 is not positive"},
 	} {
 		_, _, err := buildPlacement(d, c.a)
 		require.EqualError(t, err, c.msg)

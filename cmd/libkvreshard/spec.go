@@ -62,17 +62,21 @@ func buildModel(a modelArgs) (manifest.Model, error) {
 	return m, nil
 }
 
-// placementArgs is a kvr_placement in Go values (pp_layers NULL as nil).
+// placementArgs is a kvr_placement in Go values (pp_layers NULL as nil;
+// cp and cpInterleave 0 as 1, the placement package's convention).
 type placementArgs struct {
 	tp, pp, tpRank, ppRank int
 	ppLayers               []int
+	cp, cpRank             int
+	cpInterleave           int
 }
 
 // buildPlacement returns the topology and rank a describes, checked
-// against d.
+// against d: TP x PP x CP, the CP rank's tokens dealt in runs of
+// cpInterleave (placement.Topology).
 func buildPlacement(d *manifest.Descriptor, a placementArgs) (placement.Topology, placement.Rank, error) {
-	t := placement.Topology{TP: a.tp, PP: a.pp, PPLayers: a.ppLayers}
-	r := placement.Rank{TP: a.tpRank, PP: a.ppRank}
+	t := placement.Topology{TP: a.tp, PP: a.pp, PPLayers: a.ppLayers, CP: a.cp, Interleave: a.cpInterleave}
+	r := placement.Rank{TP: a.tpRank, PP: a.ppRank, CP: a.cpRank}
 	if _, err := t.Share(d, r); err != nil {
 		return t, r, invalidf("placement: %v", err)
 	}
