@@ -36,6 +36,10 @@ fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzDecode$$' ./runtime/manifest
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzSpecs$$' ./cmd/kvreshard
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParseURL$$' ./runtime/store/redisstore
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzDecodeState$$' ./runtime/store/redisstore
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParseClaim$$' ./runtime/store/filestore
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParseTransports$$' ./runtime/plan
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzOrderParsersAgree$$' ./compiler
 
 # bench runs the benchmark suite (figures against their baselines);
 # gobench the packages' Go benchmarks.

@@ -65,3 +65,29 @@ func TestOrderParsersAgree(t *testing.T) {
 	}
 	require.Greater(t, accepted, n/40)
 }
+
+// FuzzOrderParsersAgree: on any text, the IR's order parser and the .kvl
+// parser agree: both accept with the same modes, or both refuse with the
+// same message. Neither panics.
+func FuzzOrderParsersAgree(f *testing.F) {
+	for _, s := range []string{"C T L H D", "C S T L H D", "C L H D/8 T D%8", "T/4 C T%4 L H D", "S", "C C", "D/0", "T/99999999999999999999", "\xff"} {
+		f.Add("part", s)
+		f.Add("pool", s)
+	}
+	f.Fuzz(func(t *testing.T, kind, order string) {
+		want, werr := dsl.ParseOrder(kind, "x", order)
+		got, gerr := ir.ParseOrder(kind, "x", order)
+		if werr != nil {
+			if gerr == nil || werr.Error() != gerr.Error() {
+				t.Fatalf("%s %q: the .kvl parser says %v, the IR's %v", kind, order, werr, gerr)
+			}
+			return
+		}
+		if gerr != nil {
+			t.Fatalf("%s %q: the .kvl parser accepts, the IR's says %v", kind, order, gerr)
+		}
+		if want.OrderString() != got.OrderString() {
+			t.Fatalf("%s %q: %s against %s", kind, order, want.OrderString(), got.OrderString())
+		}
+	})
+}

@@ -354,7 +354,7 @@ func parseClaim(path string, b []byte) (*claim, error) {
 	}
 	n, err := strconv.ParseInt(parts, 10, 64)
 	switch {
-	case err != nil:
+	case err != nil || strconv.FormatInt(n, 10) != parts:
 		return nil, &corruptError{path, fmt.Sprintf("part count %q is not a number", parts)}
 	case n < 1 || n > store.MaxParts:
 		return nil, &corruptError{path, fmt.Sprintf("part count %d is out of range [1,%d]", n, store.MaxParts)}
