@@ -1,5 +1,5 @@
 """kvreshard: share KV-cache pages between serving processes of different
-TP, PP and memory layouts, from Python.
+TP, PP, CP (context parallelism) and memory layouts, from Python.
 
 A thin ctypes layer over libkvreshard (the Go runtime built as a C library).
 Standard library only; numpy is optional (numpy arrays are pools like any
@@ -22,10 +22,12 @@ Objects and their C counterparts:
 - Model(...): the --model fields of the command line, ``-`` written ``_``;
   name, revision, namespace, fingerprint and dtype enter the model domain,
   so other models, dtypes or tenants never share pages.
-- Placement(tp, pp, rank=(tp_rank, pp_rank), pp_layers=None): pp_layers is
-  the PP split (layers per stage); None is kvreshard's even split (the first
-  stages get the remainder), which is NOT every framework's: pass the
-  framework's own split.
+- Placement(tp, pp, rank=(tp_rank, pp_rank[, cp_rank]), pp_layers=None,
+  cp=1, cp_interleave=1): pp_layers is the PP split (layers per stage);
+  None is kvreshard's even split (the first stages get the remainder),
+  which is NOT every framework's: pass the framework's own split. cp and
+  cp_interleave: context parallelism (a page's tokens dealt to cp ranks in
+  runs of cp_interleave); a CP rank's pool holds page // cp tokens a page.
 - Pool(layout, regions, slots): the rank's host memory; regions are the
   layout's regions in order (K then V; one for MLA), each a writable
   C-contiguous buffer (numpy array, bytearray, mmap) or an (address, nbytes)
@@ -239,21 +241,37 @@ class Model:
 
 
 class Placement:
-    """A TP x PP topology and this process's rank in it: rank is
-    (tp_rank, pp_rank). pp_layers lists the layers of each PP stage, in
-    order, summing to the model's layers; None is kvreshard's even split
-    (remainder to the first stages), which differs from SGLang's and vLLM's:
-    take the split from the framework."""
+    """A TP x PP x CP topology and this process's rank in it: rank is
+    (tp_rank, pp_rank) or (tp_rank, pp_rank, cp_rank). pp_layers lists the
+    layers of each PP stage, in order, summing to the model's layers; None
+    is kvreshard's even split (remainder to the first stages), which
+    differs from SGLang's and vLLM's: take the split from the framework.
 
-    def __init__(self, tp, pp, rank=(0, 0), pp_layers=None):
+    Context parallelism: cp ranks hold a page's tokens, dealt in runs of
+    cp_interleave tokens round-robin, so that token p of a page belongs to
+    CP rank (p // cp_interleave) % cp and local token j of CP rank c is
+    token ((j // cp_interleave) * cp + c) * cp_interleave + j % cp_interleave
+    (SGLang's DCP: cp_interleave=1; vLLM: --cp-kv-cache-interleave-size;
+    page // cp: contiguous slices). The pool of a CP rank holds page // cp
+    tokens a page. The library checks the values (InvalidArgument naming
+    what is wrong) when a Writer or Reader opens."""
+
+    def __init__(self, tp, pp, rank=(0, 0), pp_layers=None, cp=1, cp_interleave=1):
         self.tp = _int32("placement tp", tp)
         self.pp = _int32("placement pp", pp)
         try:
-            tr, pr = rank
-        except (TypeError, ValueError):
-            raise TypeError("kvreshard: placement rank must be a (tp_rank, pp_rank) pair, not %r"
-                            % (rank,)) from None
-        self.rank = (_int32("placement tp_rank", tr), _int32("placement pp_rank", pr))
+            r = tuple(rank)
+        except TypeError:
+            r = ()
+        if len(r) not in (2, 3):
+            raise TypeError("kvreshard: placement rank must be a (tp_rank, pp_rank) or (tp_rank, pp_rank, "
+                            "cp_rank) tuple, not %r" % (rank,))
+        self.rank = (_int32("placement tp_rank", r[0]), _int32("placement pp_rank", r[1]))
+        self.cp_rank = _int32("placement cp_rank", r[2]) if len(r) == 3 else 0
+        if len(r) == 3:
+            self.rank += (self.cp_rank,)
+        self.cp = _int32("placement cp", cp, lo=-_I32)
+        self.cp_interleave = _int32("placement cp_interleave", cp_interleave, lo=-_I32)
         self.pp_layers = None
         self._layers = None
         if pp_layers is not None:
@@ -264,12 +282,15 @@ class Placement:
             self._layers = (ctypes.c_int32 * len(self.pp_layers))(*self.pp_layers)
         self._c = _lib.CPlacement(self.tp, self.pp, self.rank[0], self.rank[1],
                                   ctypes.cast(self._layers, ctypes.POINTER(ctypes.c_int32))
-                                  if self._layers is not None else None)
+                                  if self._layers is not None else None,
+                                  self.cp, self.cp_rank, self.cp_interleave)
 
     def __repr__(self):
         s = "Placement(tp=%d, pp=%d, rank=%r" % (self.tp, self.pp, self.rank)
         if self.pp_layers is not None:
             s += ", pp_layers=%r" % (list(self.pp_layers),)
+        if self.cp != 1 or self.cp_interleave != 1:
+            s += ", cp=%d, cp_interleave=%d" % (self.cp, self.cp_interleave)
         return s + ")"
 
 

@@ -95,6 +95,9 @@ class CPlacement(ctypes.Structure):
         ("tp_rank", ctypes.c_int32),
         ("pp_rank", ctypes.c_int32),
         ("pp_layers", ctypes.POINTER(ctypes.c_int32)),
+        ("cp", ctypes.c_int32),
+        ("cp_rank", ctypes.c_int32),
+        ("cp_interleave", ctypes.c_int32),
     ]
 
 

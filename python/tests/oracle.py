@@ -3,8 +3,9 @@ exact shapes, with numpy indexing only (nothing from kvreshard).
 
 A page is one array per component (K, V; one latent for MLA) indexed
 [token, layer, head, element], i.e. the logical [component, token, layer,
-head, element] array. A rank's pool holds its own layers and heads; slot s
-of a pool, seen through slot_view, is indexed the same way.
+head, element] array. A rank's pool holds its own layers, heads and (with
+context parallelism) tokens; slot s of a pool, seen through slot_view, is
+indexed the same way, its tokens in the order of cp_tokens.
 """
 
 import hashlib
@@ -56,6 +57,21 @@ def heads_of(kv_heads, tp, tp_rank):
     return h, h + 1
 
 
+def cp_tokens(page, cp, cp_rank, interleave):
+    """The page's tokens CP rank cp_rank holds, in its local order: the
+    tokens p whose run of `interleave` tokens, counted from the page's
+    start, is dealt to it round-robin ((p // interleave) % cp == cp_rank),
+    ascending. None without context parallelism (every token)."""
+    if cp == 1:
+        return None
+    return np.array([p for p in range(page) if (p // interleave) % cp == cp_rank], dtype=np.int64)
+
+
+def page_tokens(spec, tokens):
+    """Tokens a pool slot holds: the CP rank's, or the whole page."""
+    return spec.page if tokens is None else len(tokens)
+
+
 def comp_shape(layout, slots, page, layers, heads, dim):
     """One component's buffer in SGLang's host pool (memory_pool_host):
     the kv_buffer shape without its leading 2."""
@@ -66,22 +82,25 @@ def comp_shape(layout, slots, page, layers, heads, dim):
             "page_head": (slots, heads, page, layers, dim)}[layout]
 
 
-def new_pool(spec, layout, slots, layers, heads, fill=0):
+def new_pool(spec, layout, slots, layers, heads, fill=0, tokens=None):
     """A host pool as SGLang allocates it: MHA one (2, ...) kv_buffer whose
     halves are K and V (when K and V dims are equal), MLA one buffer with one
-    head. Returns (kv_buffer or None, [component arrays])."""
+    head; a slot holds the CP rank's tokens (all without tokens). Returns
+    (kv_buffer or None, [component arrays])."""
+    page = page_tokens(spec, tokens)
     if spec.mla:
-        kvb = np.full(comp_shape(layout, slots, spec.page, layers, 1, spec.dims[0]), fill, spec.uint)
+        kvb = np.full(comp_shape(layout, slots, page, layers, 1, spec.dims[0]), fill, spec.uint)
         return kvb, [kvb]
     if spec.dims[0] == spec.dims[1]:
-        kvb = np.full((2,) + comp_shape(layout, slots, spec.page, layers, heads, spec.dims[0]), fill, spec.uint)
+        kvb = np.full((2,) + comp_shape(layout, slots, page, layers, heads, spec.dims[0]), fill, spec.uint)
         return kvb, [kvb[0], kvb[1]]
-    return None, [np.full(comp_shape(layout, slots, spec.page, layers, heads, d), fill, spec.uint)
+    return None, [np.full(comp_shape(layout, slots, page, layers, heads, d), fill, spec.uint)
                   for d in spec.dims]
 
 
 def slot_view(comp, layout, slot, page):
-    """Slot `slot` of one component buffer as a [T, L, H, D] view."""
+    """Slot `slot` of one component buffer as a [T, L, H, D] view (page:
+    the tokens a slot holds)."""
     if layout == "layer_first":
         L, size, H, D = comp.shape
         return comp.reshape(L, size // page, page, H, D)[:, slot].transpose(1, 0, 2, 3)
@@ -95,34 +114,36 @@ def slot_view(comp, layout, slot, page):
     raise ValueError(layout)
 
 
-def share(pg, layers, heads):
-    """The part of a logical page a rank holds."""
+def share(pg, layers, heads, tokens=None):
+    """The part of a logical page a rank holds (tokens: its CP tokens, in
+    order; None for every token)."""
     (l0, l1), (h0, h1) = layers, heads
-    return [c[:, l0:l1, h0:h1, :] for c in pg]
+    return [(c if tokens is None else c[tokens])[:, l0:l1, h0:h1, :] for c in pg]
 
 
-def fill_slot(comps, layout, slot, spec, pg, layers, heads):
-    for c, want in zip(comps, share(pg, layers, heads)):
-        slot_view(c, layout, slot, spec.page)[...] = want
+def fill_slot(comps, layout, slot, spec, pg, layers, heads, tokens=None):
+    for c, want in zip(comps, share(pg, layers, heads, tokens)):
+        slot_view(c, layout, slot, page_tokens(spec, tokens))[...] = want
 
 
-def check_slot(comps, layout, slot, spec, pg, layers, heads, what=""):
+def check_slot(comps, layout, slot, spec, pg, layers, heads, what="", tokens=None):
     """Assert slot holds the rank's share of pg, element by element."""
-    for ci, (c, want) in enumerate(zip(comps, share(pg, layers, heads))):
-        got = slot_view(c, layout, slot, spec.page)
+    for ci, (c, want) in enumerate(zip(comps, share(pg, layers, heads, tokens))):
+        got = slot_view(c, layout, slot, page_tokens(spec, tokens))
         if not np.array_equal(got, want):
             bad = np.argwhere(got != want)
             t, l, h, d = bad[0]
             raise AssertionError(
                 "%s component %d slot %d: %d of %d elements differ; first at token %d layer %d head %d "
-                "element %d: got %#x, want %#x" % (what, ci, slot, len(bad), want.size, t, l + layers[0],
+                "element %d: got %#x, want %#x" % (what, ci, slot, len(bad), want.size,
+                                                   t if tokens is None else tokens[t], l + layers[0],
                                                    h + heads[0], d, got[t, l, h, d], want[t, l, h, d]))
 
 
-def check_untouched(comps, layout, slots, spec, fill, what=""):
+def check_untouched(comps, layout, slots, spec, fill, what="", tokens=None):
     """Assert the given slots still hold `fill` only."""
     for ci, c in enumerate(comps):
         for s in slots:
-            v = slot_view(c, layout, s, spec.page)
+            v = slot_view(c, layout, s, page_tokens(spec, tokens))
             if not (v == fill).all():
                 raise AssertionError("%s component %d slot %d was written" % (what, ci, s))

@@ -31,3 +31,20 @@ def test_shares():
     assert [o.heads_of(4, 2, t) for t in range(2)] == [(0, 2), (2, 4)]
     assert [o.heads_of(2, 4, t) for t in range(4)] == [(0, 1), (0, 1), (1, 2), (1, 2)]
     assert [o.heads_of(1, 2, t) for t in range(2)] == [(0, 1), (0, 1)]
+
+
+def test_cp_tokens():
+    """Token sets against the formula of DESIGN.md and the issue: local
+    token j of CP rank c is token ((j // I) * CP + c) * I + j % I."""
+    assert o.cp_tokens(8, 1, 0, 1) is None
+    assert list(o.cp_tokens(8, 2, 1, 1)) == [1, 3, 5, 7]
+    assert list(o.cp_tokens(16, 4, 2, 2)) == [4, 5, 12, 13]
+    assert list(o.cp_tokens(16, 4, 3, 4)) == [12, 13, 14, 15]
+    for page, cp, il in ((16, 2, 1), (16, 4, 4), (32, 4, 2), (24, 3, 8)):
+        seen = []
+        for c in range(cp):
+            toks = o.cp_tokens(page, cp, c, il)
+            assert len(toks) == page // cp
+            assert [((j // il) * cp + c) * il + j % il for j in range(page // cp)] == list(toks)
+            seen += list(toks)
+        assert sorted(seen) == list(range(page))
