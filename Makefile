@@ -29,6 +29,7 @@ generate:
 check-generated:
 	$(GO) run ./cmd/kvlc -check -o layouts/builtin_kvl.go -pkg layouts layouts/builtin.kvl
 	$(GO) run ./cmd/kvlc -check -o examples/customlayout/custom_kvl.go -pkg customlayout examples/customlayout/custom.kvl
+	$(GO) run ./cmd/kvlc -check -o runtime/kernel/internal/splitkvl/split_kvl.go -pkg splitkvl runtime/kernel/internal/splitkvl/split.kvl
 
 fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParse$$' ./dsl

@@ -5,11 +5,12 @@
 // interval, its tokens, every component) is intersected with every part of
 // the manifest; each intersection is handed to the generated range kernel of
 // the pair (manifest part layout, binding layout), or to the interpreter
-// when this binary did not compile that pair or when the part and the
-// binding hold different tokens (context parallelism: the interpreter walks
-// their common tokens). A plan's offsets are relative to the
-// page's slot; a template is a plan cached per layout id, and instantiating
-// it for a request adds the slot's offset to each op.
+// when this binary did not compile that pair. When the part and the
+// binding hold different tokens (context parallelism), the kernel walks
+// their common tokens: generated kernels of version 4 on, the interpreter
+// for older ones. A plan's offsets are relative to the page's slot; a
+// template is a plan cached per layout id, and instantiating it for a
+// request adds the slot's offset to each op.
 package plan
 
 import (
