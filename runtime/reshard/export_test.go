@@ -16,12 +16,6 @@ func SetMinCopyShare(t testing.TB, minBytes int, f func(workers int)) {
 	t.Cleanup(func() { minCopyShare, testHookCopyWorkers = old, nil })
 }
 
-// PartSum is partSum.
-var PartSum = partSum
-
-// SumPrefix is sumPrefix.
-var SumPrefix = sumPrefix
-
 // SetPipeline turns the pipelining of staged batches on or off until t
 // ends.
 func SetPipeline(t testing.TB, on bool) {

@@ -503,7 +503,7 @@ type batch struct {
 // copyJob is the copy of staged read k of page, whose bytes are src; or
 // the check of part k of page, whose bytes are src, lent by the store when
 // lent is set. A check of staged bytes has room: src preceded by the
-// staging bytes reserved for the checksum's prefix (partSum).
+// staging bytes reserved for the checksum's prefix (store.PartChecksumInPlace).
 type copyJob struct {
 	page, k int
 	src     []byte
@@ -939,11 +939,11 @@ func wholeRead(t *plan.Plan, k int) bool {
 // stageAt returns where in the staging buffer staged read k of t goes when
 // the reads of its round before it end at at: the next multiple of 64
 // that leaves room before it for the prefix of its checksum when it reads
-// a whole part (partSum), so that a check hashes it in place. A round's
+// a whole part (store.PartChecksumInPlace), so that a check hashes it in place. A round's
 // reads are placed one after the other, in order, from a multiple of 64.
 func stageAt(t *plan.Plan, k, at int) int {
 	if wholeRead(t, k) {
-		at += sumPrefix(t.Manifest.Key())
+		at += store.ChecksumPrefix(t.Manifest.Key())
 	}
 	return (at + 63) &^ 63
 }
@@ -1028,7 +1028,7 @@ func (x *exec) read() error {
 			s := stageAt(t, k, at)
 			at = s + rd.Len
 			if x.whole(u.page, k) {
-				x.queueCheck(u.page, int(rd.Part), (*x.stage)[s:at], (*x.stage)[s-sumPrefix(t.Manifest.Key()):at], false)
+				x.queueCheck(u.page, int(rd.Part), (*x.stage)[s:at], (*x.stage)[s-store.ChecksumPrefix(t.Manifest.Key()):at], false)
 			}
 			x.queue(u.page, k, (*x.stage)[s:at])
 		}

@@ -110,17 +110,43 @@ type Object struct {
 // It is never 0 (a 0 sum is returned as 1), so that 0 means "no checksum".
 func PartChecksum(manifest string, part int, data [][]byte) uint64 {
 	d := xxh3.New()
-	d.WriteString(manifest)
-	var b [9]byte
-	binary.LittleEndian.PutUint64(b[1:], uint64(part))
-	d.Write(b[:])
+	var b [checksumPrefixMax]byte
+	d.Write(putChecksumPrefix(b[:0], manifest, part))
 	for _, f := range data {
 		d.Write(f)
 	}
-	if s := d.Sum64(); s != 0 {
-		return s
+	return nonZero(d.Sum64())
+}
+
+// checksumPrefixMax bounds the prefix PartChecksum hashes from a stack
+// buffer; longer manifest keys take a heap one.
+const checksumPrefixMax = 256
+
+// ChecksumPrefix is the length of what PartChecksum hashes before a part's
+// bytes: the manifest key, a NUL byte and the part number.
+func ChecksumPrefix(manifest string) int { return len(manifest) + 9 }
+
+// PartChecksumInPlace returns PartChecksum(manifest, part, [][]byte{data})
+// where buf holds ChecksumPrefix(manifest) bytes that it may overwrite and
+// then the part's bytes data. It writes the prefix there and hashes the
+// whole of buf in one call, without the streaming hasher's copy of every
+// byte through its block buffer, which costs more than the hash.
+func PartChecksumInPlace(manifest string, part int, buf []byte) uint64 {
+	putChecksumPrefix(buf[:0], manifest, part)
+	return nonZero(xxh3.Hash(buf))
+}
+
+func putChecksumPrefix(b []byte, manifest string, part int) []byte {
+	b = append(b, manifest...)
+	b = append(b, 0)
+	return binary.LittleEndian.AppendUint64(b, uint64(part))
+}
+
+func nonZero(s uint64) uint64 {
+	if s == 0 {
+		return 1
 	}
-	return 1
+	return s
 }
 
 // ErrChecksum: a part's bytes do not match the checksum it was written
