@@ -12,10 +12,10 @@ SGLang loads it with its dynamic backend::
 
 so that instances of other TP, PP and host-pool layouts (page_first,
 page_first_direct, layer_first, page_head) share one copy of each page: each
-rank writes its own part and reads only its layers and heads from any
-layout. The SGLang classes are used when SGLang is importable; otherwise the
-module defines stand-ins with the same names, so that it imports (and is
-tested) without SGLang or torch.
+rank writes its own part and reads only its layers, heads and (with context
+parallelism) tokens from any layout. The SGLang classes are used when
+SGLang is importable; otherwise the module defines stand-ins with the same
+names, so that it imports (and is tested) without SGLang or torch.
 
 extra_config keys (besides SGLang's backend_name, module_path, class_name):
 
@@ -30,8 +30,9 @@ extra_config keys (besides SGLang's backend_name, module_path, class_name):
   SGLang is not importable). Every rank checks that its host pool's
   start_layer and end_layer are its stage of the split, and refuses to
   start otherwise: a wrong split puts layers in the wrong place.
-- ``kv_heads``: the model's KV heads; by default head_num x tp_size, which
-  is wrong when TP exceeds the KV heads (heads replicated): give it then.
+- ``kv_heads``: the model's KV heads; by default head_num x tp_size (x
+  tp_size / dcp_size under DCP), which is wrong when TP exceeds the KV heads
+  (heads replicated): give it then.
 - ``namespace`` (default "kvreshard"), ``revision`` (default "0"),
   ``fingerprint``, ``model_name`` (default SGLang's model name): with the
   dtype and the shapes they make the model domain, so another model, dtype,
@@ -42,10 +43,31 @@ extra_config keys (besides SGLang's backend_name, module_path, class_name):
   stored (default: the pool layout's own).
 - ``max_procs``: cap the Go runtime's threads in this rank process.
 
-Not supported (refused at start): attention context parallelism
-(attn_cp_size > 1), head splitting across heterogeneous TP
-(should_split_heads), host pools holding MTP draft layers, and pools other
-than MHATokenToKVPoolHost and MLATokenToKVPoolHost.
+- ``cp_interleave``: the tokens of each run of a page dealt to a CP rank
+  round-robin (context parallelism, below); ``cp``: the CP size, checked
+  against the framework's when given.
+
+Context parallelism. Under SGLang's decode context parallelism
+(``--dcp-size``) the host pool carries ``dcp_size`` and ``dcp_rank``: a
+logical page spans page_size x dcp_size tokens ("DCP widens the page size"),
+token i of it lives on DCP rank i % dcp_size (interleave 1; extra_config
+cp_interleave may say otherwise), each rank's pool holds page_size of them a
+page, and the host indices SGLang passes are logical (page_size x dcp_size a
+page). The backend binds model page = page_size x dcp_size, CP = dcp_size,
+CP rank = dcp_rank, and TP = tp_size / dcp_size with TP rank tp_rank /
+dcp_size (SGLang's DCP groups are runs of dcp_size TP ranks holding the same
+heads), so that such an instance and one of another DCP size, or none, share
+pages. Attention context parallelism (the storage config's
+``attn_cp_size`` and ``attn_cp_rank``, SGLang's NSA context parallel) binds
+CP = attn_cp_size and CP rank = attn_cp_rank over pages of page_size x
+attn_cp_size tokens, host indices page_size a page, once extra_config
+``cp_interleave`` says how its tokens are dealt (SGLang's config does not):
+without it the backend refuses to start.
+
+Not supported (refused at start): DCP and attention context parallelism at
+once, head splitting across heterogeneous TP (should_split_heads), host
+pools holding MTP draft layers, and pools other than MHATokenToKVPoolHost
+and MLATokenToKVPoolHost.
 """
 
 import logging
@@ -253,6 +275,64 @@ class Binding:
     slots: int
     pp_layers: List[int]
     page_bytes: int  # this rank's bytes of one page
+    cp: int = 1  # context parallelism: the CP size, this rank's CP rank, the interleave
+    cp_rank: int = 0
+    cp_interleave: int = 1
+    host_page: int = 0  # host indices a page in batch_get_v1 and batch_set_v1 (0: page)
+
+
+def _pool_int(p, name, default):
+    v = getattr(p, name, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise ConfigError("the host pool's %s is %r, not an int" % (name, v))
+    return v.__index__()
+
+
+def context_parallel(config, pool, extra):
+    """(cp, cp_rank, cp_interleave, widened) of a rank: the CP size, its CP
+    rank, the tokens of each run dealt to a CP rank, and whether SGLang's
+    host indices are widened (one page spans page_size x cp indices).
+
+    SGLang's decode context parallelism (--dcp-size) gives the host pool
+    dcp_size and dcp_rank: SGLang deals token i of a logical page of
+    page_size x dcp_size tokens to DCP rank i % dcp_size (interleave 1),
+    each rank's pool holds page_size of them a page, and the controller's
+    host indices are logical (widened). Attention context parallelism
+    (the storage config's attn_cp_size and attn_cp_rank, SGLang's NSA
+    context parallelism) does not say how a page's tokens are dealt:
+    extra_config cp_interleave must say it. extra_config cp, when given,
+    must agree with the framework's size."""
+    dcp, dcp_rank = _pool_int(pool, "dcp_size", 1), _pool_int(pool, "dcp_rank", 0)
+    acp = int(getattr(config, "attn_cp_size", 1) or 1)
+    acp_rank = int(getattr(config, "attn_cp_rank", 0) or 0)
+    if dcp > 1 and acp > 1:
+        raise ConfigError("decode context parallelism (the host pool's dcp_size=%d) with attention context "
+                          "parallelism (attn_cp_size=%d) is not supported" % (dcp, acp))
+    if dcp > 1:
+        cp, cp_rank, widened, source = dcp, dcp_rank, True, "the host pool's dcp_size"
+    elif acp > 1:
+        cp, cp_rank, widened, source = acp, acp_rank, False, "the storage config's attn_cp_size"
+    else:
+        cp, cp_rank, widened, source = 1, 0, False, None
+    if "cp" in extra:
+        want = _positive("cp", extra["cp"])
+        if source is None and want != 1:
+            raise ConfigError("extra_config cp=%d, but this rank runs without context parallelism (the host "
+                              "pool's dcp_size and the storage config's attn_cp_size are 1): no CP rank to bind"
+                              % want)
+        if source is not None and want != cp:
+            raise ConfigError("extra_config cp=%d, but %s is %d" % (want, source, cp))
+    if "cp_interleave" in extra:
+        il = _positive("cp_interleave", extra["cp_interleave"])
+    elif acp > 1:
+        raise ConfigError("attention context parallelism (attn_cp_size=%d): give extra_config cp_interleave, "
+                          "the tokens of each run of a page dealt to a CP rank round-robin (the page size for "
+                          "contiguous slices)" % acp)
+    else:
+        il = 1
+    return cp, cp_rank, il, widened
 
 
 def bind(config, mem_pool_host, extra=None):
@@ -269,9 +349,6 @@ def bind(config, mem_pool_host, extra=None):
                               "MHATokenToKVPoolHost and MLATokenToKVPoolHost" % (cls, name))
         return getattr(p, name)
 
-    if getattr(config, "attn_cp_size", 1) > 1:
-        raise ConfigError("attention context parallelism (attn_cp_size=%d) is not supported"
-                          % config.attn_cp_size)
     if getattr(config, "should_split_heads", False):
         raise ConfigError("should_split_heads (tp_lcm_size) is not supported")
     layout = attr("layout")
@@ -333,6 +410,18 @@ def bind(config, mem_pool_host, extra=None):
     tp, pp = int(config.tp_size), int(config.pp_size)
     tp_rank, pp_rank = int(config.tp_rank), int(config.pp_rank)
 
+    cp, cp_rank, il, widened = context_parallel(config, p, extra)
+    if widened:
+        # SGLang's DCP groups are contiguous runs of dcp_size TP ranks that
+        # hold the same heads and different tokens: kvreshard's TP is the
+        # groups, its TP rank the group, its CP rank the rank in the group.
+        if tp % cp:
+            raise ConfigError("dcp_size %d does not divide tp_size %d" % (cp, tp))
+        if tp_rank % cp != cp_rank:
+            raise ConfigError("the host pool's dcp_rank %d is not tp_rank %d mod dcp_size %d: SGLang's DCP "
+                              "groups are runs of dcp_size TP ranks" % (cp_rank, tp_rank, cp))
+        tp, tp_rank = tp // cp, tp_rank // cp
+
     # the whole PP split, from extra_config or the framework's rule
     if "pp_layers" in extra:
         split = _int_list("pp_layers", extra["pp_layers"])
@@ -383,18 +472,20 @@ def bind(config, mem_pool_host, extra=None):
     fp = [str(extra.get("fingerprint", ""))]
     if variant:
         fp.append("fp8=" + variant)
-    model = kv.Model(layers=layers, kv_heads=kv_heads, head_dim=dim, dtype=dt, page=page, mla=mla,
+    model = kv.Model(layers=layers, kv_heads=kv_heads, head_dim=dim, dtype=dt, page=page * cp, mla=mla,
                      name=str(name), revision=str(extra.get("revision", "0")),
                      namespace=str(extra.get("namespace", "kvreshard")),
                      fingerprint=";".join(x for x in fp if x))
-    placement = kv.Placement(tp=tp, pp=pp, rank=(tp_rank, pp_rank), pp_layers=split)
+    placement = kv.Placement(tp=tp, pp=pp, rank=(tp_rank, pp_rank, cp_rank), pp_layers=split, cp=cp,
+                             cp_interleave=il)
     if mla:
         regions = [_region(kvb, "the host pool's kv_buffer")]
     else:
         regions = [_region(kvb[0], "the host pool's K buffer"), _region(kvb[1], "the host pool's V buffer")]
     pool = kv.Pool(layout, regions, pages)
     return Binding(model, placement, pool, layout, page, pages, split,
-                   page_bytes=elems * item // pages)
+                   page_bytes=elems * item // pages, cp=cp, cp_rank=cp_rank, cp_interleave=il,
+                   host_page=page * cp if widened else page)
 
 
 class KvreshardStorage(HiCacheStorage):
@@ -422,9 +513,6 @@ class KvreshardStorage(HiCacheStorage):
         url = extra.get("url")
         if not url or not isinstance(url, str):
             raise ConfigError('extra_config needs "url", the store (redis://host:port, file:///dir)')
-        if getattr(storage_config, "attn_cp_size", 1) > 1:
-            raise ConfigError("attention context parallelism (attn_cp_size=%d) is not supported"
-                              % storage_config.attn_cp_size)
         if "max_procs" in extra:
             kv.set_max_procs(_positive("max_procs", extra["max_procs"]))
         self.binding = None
@@ -432,8 +520,9 @@ class KvreshardStorage(HiCacheStorage):
         self._mu = threading.Lock()
         self._reset_counters()
         self.store = kv.Store(url)
-        logger.info("kvreshard: store %s, TP %d/%d, PP %d/%d", url, storage_config.tp_rank,
-                    storage_config.tp_size, storage_config.pp_rank, storage_config.pp_size)
+        logger.info("kvreshard: store %s, TP %d/%d, PP %d/%d, attention CP %d/%d", url, storage_config.tp_rank,
+                    storage_config.tp_size, storage_config.pp_rank, storage_config.pp_size,
+                    getattr(storage_config, "attn_cp_rank", 0), getattr(storage_config, "attn_cp_size", 1))
 
     def _reset_counters(self):
         self.counters = {"get_batches": 0, "get_pages": 0, "get_hits": 0, "set_batches": 0,
@@ -462,11 +551,12 @@ class KvreshardStorage(HiCacheStorage):
         logger.info("kvreshard: %r, %r, %r", b.model, b.placement, b.pool)
 
     def _slots(self, host_indices, n):
-        """Host token indices (page_size per page, page-aligned) to pool slots."""
+        """Host token indices (page_size per page, page-aligned; page_size x
+        dcp_size under DCP, whose indices are logical) to pool slots."""
         b = self.binding
         if b is None:
             raise kv.InvalidArgument("kvreshard: no host pool registered", 1)
-        ps = b.page
+        ps = b.host_page or b.page
         np = kv._numpy()
         if np is not None:
             idx = np.asarray(host_indices)
