@@ -338,7 +338,8 @@ class Pool:
     page_first_direct, page_head, or any pool layout linked into the
     library), its regions in order (K then V when the layout has C
     outermost; one for MLA), and the pages (slots) it holds. Only the rank's
-    own layers and heads are in it."""
+    own layers, heads and tokens are in it: with context parallelism of cp
+    ranks a slot holds page // cp tokens."""
 
     def __init__(self, layout, regions, slots):
         self.layout = layout
@@ -511,7 +512,7 @@ class Writer(_Handle):
 
 class Reader(_Handle):
     """Reads pages into this rank's pool, whatever topology and layout wrote
-    them: only the bytes of the rank's layers and heads.
+    them: only the bytes of the rank's layers, heads and tokens.
 
     copy_workers: the threads that copy a read's bytes into the pool, the
     calling one included (None or 0: the library's GOMAXPROCS, see
