@@ -47,13 +47,13 @@ func findPython(ctx context.Context, o *Options) (env pythonEnv, reason string) 
 	if err != nil {
 		return env, fmt.Sprintf("%s env GOMOD: %v", goCmd, err)
 	}
-	f := strings.Split(strings.TrimSpace(string(out)), "\n")
+	f := strings.Split(strings.TrimRight(string(out), "\n"), "\n") // GOMOD may be empty
 	if len(f) != 2 || f[1] != "1" {
-		return env, fmt.Sprintf("cgo is disabled (%s env CGO_ENABLED: %q): libkvreshard cannot be built", goCmd, strings.TrimSpace(string(out)))
+		return env, fmt.Sprintf("cgo is disabled (%s env CGO_ENABLED: %q): libkvreshard cannot be built", goCmd, f[len(f)-1])
 	}
 	root := filepath.Dir(f[0])
 	if f[0] == "" || f[0] == os.DevNull {
-		return env, "not in a Go module (go env GOMOD is empty): run the bench from the kvreshard repository, whose libkvreshard and python/ the Python figures use"
+		return env, fmt.Sprintf("not in a Go module (go env GOMOD: %q): run the bench from the kvreshard repository, whose libkvreshard and python/ the Python figures use", f[0])
 	}
 	if _, err := os.Stat(filepath.Join(root, "python", "kvreshard", "bench.py")); err != nil {
 		return env, fmt.Sprintf("%s is not the kvreshard repository (no python/kvreshard/bench.py): run the bench from it", root)

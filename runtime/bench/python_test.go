@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -166,4 +167,26 @@ func TestPythonSkipped(t *testing.T) {
 			{Name: "python_call_us", Unit: "µs", BaselineUnit: "µs", Target: "<= 5", Skipped: tc.reason},
 		}, figs)
 	}
+}
+
+// TestPythonNeedsModuleAndCgo: outside a Go module, or with cgo
+// disabled, libkvreshard cannot be built: the reason says which.
+func TestPythonNeedsModuleAndCgo(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command: ", err)
+	}
+	t.Setenv("GOFLAGS", "")
+	t.Setenv("GOWORK", "off")
+	t.Setenv("CGO_ENABLED", "0")
+	_, reason := findPython(context.Background(), &Options{})
+	require.Equal(t, "cgo is disabled ("+goCmd+` env CGO_ENABLED: "0"): libkvreshard cannot be built`, reason)
+	t.Setenv("CGO_ENABLED", "1")
+	t.Setenv("GO111MODULE", "on")
+	t.Chdir(t.TempDir())
+	_, reason = findPython(context.Background(), &Options{})
+	require.Equal(t, `not in a Go module (go env GOMOD: "/dev/null"): run the bench from the kvreshard repository, whose libkvreshard and python/ the Python figures use`, reason)
+	t.Setenv("GO111MODULE", "off")
+	_, reason = findPython(context.Background(), &Options{})
+	require.Equal(t, `not in a Go module (go env GOMOD: ""): run the bench from the kvreshard repository, whose libkvreshard and python/ the Python figures use`, reason)
 }
