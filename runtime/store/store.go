@@ -193,6 +193,32 @@ func ParseLease(v string) (time.Duration, error) {
 	return d, nil
 }
 
+// LeaseQuery parses the raw query of a store URL of the given scheme that
+// takes no parameter but lease: the lease it gives (ParseLease's), 0 when
+// the query is empty. Its error is the reason of a *URLError.
+func LeaseQuery(scheme, rawQuery string) (time.Duration, error) {
+	if rawQuery == "" {
+		return 0, nil
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return 0, errors.New("cannot parse the query: " + err.Error())
+	}
+	var lease time.Duration
+	for k, v := range q {
+		switch {
+		case k != "lease":
+			return 0, fmt.Errorf("unknown parameter %q; a %s URL takes only lease", k, scheme)
+		case len(v) != 1:
+			return 0, errors.New("lease is given more than once")
+		}
+		if lease, err = ParseLease(v[0]); err != nil {
+			return 0, err
+		}
+	}
+	return lease, nil
+}
+
 // Range reads len(Dst[0])+len(Dst[1])+... bytes at offset Off of part Part of
 // object Key, delivering them to the segments of Dst in order (a scatter
 // list; one segment for a plain read).

@@ -120,7 +120,6 @@ func openURL(_ context.Context, u *url.URL) (store.Store, error) {
 		}
 		return nil, &store.URLError{URL: s, Reason: reason}
 	}
-	var opts Options
 	switch {
 	case u.User != nil:
 		return bad("a file URL takes no user")
@@ -135,24 +134,11 @@ func openURL(_ context.Context, u *url.URL) (store.Store, error) {
 	case !filepath.IsAbs(u.Path):
 		return bad(fmt.Sprintf("path %q is not absolute; write file:///abs/dir", u.Path))
 	}
-	if u.RawQuery != "" {
-		q, err := url.ParseQuery(u.RawQuery)
-		if err != nil {
-			return bad("cannot parse the query: " + err.Error())
-		}
-		for k, v := range q {
-			switch {
-			case k != "lease":
-				return bad(fmt.Sprintf("unknown parameter %q; a file URL takes only lease", k))
-			case len(v) != 1:
-				return bad("lease is given more than once")
-			}
-			if opts.Lease, err = store.ParseLease(v[0]); err != nil {
-				return bad(err.Error())
-			}
-		}
+	lease, err := store.LeaseQuery("file", u.RawQuery)
+	if err != nil {
+		return bad(err.Error())
 	}
-	return Open(u.Path, opts)
+	return Open(u.Path, Options{Lease: lease})
 }
 
 // Options tune a store.

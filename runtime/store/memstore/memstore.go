@@ -57,24 +57,11 @@ func openURL(_ context.Context, u *url.URL) (store.Store, error) {
 	if u.User != nil || u.Port() != "" || u.Path != "" || (u.ForceQuery && u.RawQuery == "") || u.Fragment != "" || u.Opaque != "" {
 		return bad("a mem URL is mem:// or mem://name, with nothing else but ?lease=")
 	}
-	var opts Options
-	if u.RawQuery != "" {
-		q, err := url.ParseQuery(u.RawQuery)
-		if err != nil {
-			return bad("cannot parse the query: " + err.Error())
-		}
-		for k, v := range q {
-			switch {
-			case k != "lease":
-				return bad(fmt.Sprintf("unknown parameter %q; a mem URL takes only lease", k))
-			case len(v) != 1:
-				return bad("lease is given more than once")
-			}
-			if opts.Lease, err = store.ParseLease(v[0]); err != nil {
-				return bad(err.Error())
-			}
-		}
+	lease, err := store.LeaseQuery("mem", u.RawQuery)
+	if err != nil {
+		return bad(err.Error())
 	}
+	opts := Options{Lease: lease}
 	if u.Host == "" {
 		return NewOptions(opts), nil
 	}
