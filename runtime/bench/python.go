@@ -454,8 +454,8 @@ func (c *case70) pythonFigures(ctx context.Context, py *pySide, gp *goPool, url 
 }
 
 // pyTurnBytes are about the bytes each side of python_vs_go_read reads
-// a turn: several reads of the few pages of a quick run.
-const pyTurnBytes = 24 << 20
+// a turn: a full run's 12 pages, three reads of a quick run's 4.
+const pyTurnBytes = 30 << 20
 
 // pyRead reads the pages rounds times on the Python side, checks that
 // each read every page, as many bytes as the Go side, and returns the
