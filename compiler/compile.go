@@ -15,24 +15,13 @@ import (
 	"github.com/kvreshard/kvreshard/dsl"
 )
 
-// FromDSL converts a checked AST layout.
+// FromDSL converts a checked AST layout, lowering its order as the IR
+// lowers any order declaration.
 func FromDSL(a *dsl.Layout) *Layout {
-	l := &Layout{Name: a.Name, Doc: a.Doc, Kind: Part}
-	if a.Kind == "pool" {
-		l.Kind = Pool
-	}
+	l := a.Decl().Layout()
+	l.Doc = a.Doc
 	if a.Pos.Line > 0 {
 		l.Pos = a.Pos.String()
-	}
-	for _, m := range a.Order {
-		mode := Mode{Axis: Axis(m.Axis[0]), Factor: m.Factor}
-		switch m.Op {
-		case "/":
-			mode.Split = Outer
-		case "%":
-			mode.Split = Inner
-		}
-		l.Modes = append(l.Modes, mode)
 	}
 	return l
 }

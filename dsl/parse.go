@@ -3,13 +3,14 @@ package dsl
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/alecthomas/participle/v2"
 	"github.com/alecthomas/participle/v2/lexer"
+
+	"github.com/kvreshard/kvreshard/compiler/ir"
 )
 
 // kvlLexer splits .kvl text into tokens. BadString catches a string that is
@@ -111,11 +112,9 @@ func ParseOrder(kind, name, order string) (*Layout, error) {
 		return nil, fail(ErrorList{{Msg: "order is empty"}})
 	}
 	l := &Layout{Kind: kind, Name: name, Order: body.Modes}
+	// Errors about a mode come first: they are usually the cause of those
+	// about the whole layout (an unknown axis makes one missing).
 	if errs := checkLayout(l); len(errs) > 0 {
-		errs.sort()
-		// Errors about a mode come first: they are usually the cause of
-		// those about the whole layout (an unknown axis makes one missing).
-		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Pos.Line > 0 && errs[j].Pos.Line == 0 })
 		return nil, fail(errs)
 	}
 	return l, nil
@@ -130,28 +129,13 @@ type OrderError struct {
 }
 
 // Error returns one line: the layout, the order, the first error and how
-// many more there are.
+// many more there are, worded as the IR's order parser words it.
 func (e *OrderError) Error() string {
-	msg := fmt.Sprintf("layout %q: order %q: ", e.Name, e.Order)
-	if len(e.Errs) == 0 {
-		return msg + "invalid"
+	ie := &ir.OrderError{Kind: e.Kind, Name: e.Name, Order: e.Order}
+	for _, x := range e.Errs {
+		ie.Errs = append(ie.Errs, &ir.OrderErr{Pos: irPos(x.Pos), Msg: x.Msg})
 	}
-	first := e.Errs[0]
-	switch {
-	case first.Pos.Line == 1:
-		msg += fmt.Sprintf("column %d: ", first.Pos.Column)
-	case first.Pos.Line > 1:
-		msg += fmt.Sprintf("line %d, column %d: ", first.Pos.Line, first.Pos.Column)
-	}
-	msg += first.Msg
-	switch n := len(e.Errs) - 1; n {
-	case 0:
-	case 1:
-		msg += " (and 1 more error)"
-	default:
-		msg += fmt.Sprintf(" (and %d more errors)", n)
-	}
-	return msg
+	return ie.Error()
 }
 
 // Unwrap returns the ErrorList.

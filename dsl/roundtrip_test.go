@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvreshard/kvreshard/compiler/ir"
 )
 
 func TestRoundTripBuiltins(t *testing.T) {
@@ -59,7 +61,7 @@ func randomLayout(r *rand.Rand, name string) *Layout {
 	}
 	var modes []*Mode
 	for _, a := range axes {
-		if splittable(a) && r.Intn(3) == 0 {
+		if ir.Splittable(a) && r.Intn(3) == 0 {
 			factor := 2 + r.Intn(63)
 			if r.Intn(8) == 0 {
 				factor = MaxFactor - r.Intn(3)

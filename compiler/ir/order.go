@@ -35,9 +35,13 @@ func (m *OrderMode) String() string {
 	return m.Axis + m.Op + strconv.Itoa(m.Factor)
 }
 
-// OrderDecl is a layout read from its order text by ParseOrder: its kind
-// ("part" or "pool"), its name and its modes as written.
+// OrderDecl is a layout's order declaration: its kind ("part" or "pool"),
+// its name and its modes as written, read from an order text by ParseOrder
+// or converted from a .kvl declaration by package dsl. Pos is where the
+// declaration starts; CheckOrder reports the errors about the whole layout
+// there, or at no position when Pos is zero (as ParseOrder leaves it).
 type OrderDecl struct {
+	Pos        Pos
 	Kind, Name string
 	Order      []*OrderMode
 }
@@ -128,9 +132,9 @@ func ParseLayout(kind Kind, name, order string) (*Layout, error) {
 
 // ParseOrder parses the order of one layout, given as text such as
 // "C L H D/8 T D%8", and checks the layout it makes with kind and name by
-// the rules of the .kvl language (package dsl), with its messages. It is
-// the small parser the runtime needs: no .kvl file, no parser library.
-// Errors are an *OrderError.
+// CheckOrder, the checker of .kvl files too. It is the small parser the
+// runtime needs: no .kvl file, no parser library. Errors are an
+// *OrderError.
 func ParseOrder(kind, name, order string) (*OrderDecl, error) {
 	fail := func(errs ...*OrderErr) error {
 		return &OrderError{Kind: kind, Name: name, Order: order, Errs: errs}
@@ -164,7 +168,7 @@ func ParseOrder(kind, name, order string) (*OrderDecl, error) {
 	if len(d.Order) == 0 {
 		return nil, fail(&OrderErr{Msg: "order is empty"})
 	}
-	if errs := checkOrder(d); len(errs) > 0 {
+	if errs := CheckOrder(d); len(errs) > 0 {
 		return nil, fail(errs...)
 	}
 	return d, nil
@@ -286,27 +290,35 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // axisNames lists the axes in the order messages name them.
 var axisNames = []string{"C", "S", "T", "L", "H", "D"}
 
-// checkOrder returns every error of a parsed order, those at a position
-// first, each group in order.
-func checkOrder(d *OrderDecl) []*OrderErr {
+// Splittable reports whether an axis may be split into X/n and X%n: only
+// T and D may.
+func Splittable(axis string) bool { return axis == "T" || axis == "D" }
+
+// CheckOrder returns every error of an order declaration by the rules of
+// the .kvl language, or nil: the kind and name, each mode's axis, split and
+// factor, every axis once (S in a pool only), and each split axis's two
+// halves, outer first, with one factor. Errors about a mode are at its
+// position, those about the whole layout at d.Pos. They are sorted by
+// position, those at no position last, each group in the order found.
+// It is the one checker of orders: package dsl checks .kvl layouts with it.
+func CheckOrder(d *OrderDecl) []*OrderErr {
 	var errs []*OrderErr
 	add := func(pos Pos, format string, args ...any) {
 		errs = append(errs, &OrderErr{Pos: pos, Msg: fmt.Sprintf(format, args...)})
 	}
 	if d.Kind != "part" && d.Kind != "pool" {
-		add(Pos{}, "unknown layout kind %q; kinds are part and pool", d.Kind)
+		add(d.Pos, "unknown layout kind %q; kinds are part and pool", d.Kind)
 	}
 	if d.Name == "part" || d.Name == "pool" || d.Name == "order" {
-		add(Pos{}, "invalid layout name %q; part, pool and order are keywords", d.Name)
+		add(d.Pos, "invalid layout name %q; part, pool and order are keywords", d.Name)
 	} else if !identRE.MatchString(d.Name) {
-		add(Pos{}, "invalid layout name %q; a name is a letter or _ followed by letters, digits and _", d.Name)
+		add(d.Pos, "invalid layout name %q; a name is a letter or _ followed by letters, digits and _", d.Name)
 	}
 	type use struct {
 		first, whole, outer, inner *OrderMode
 		outerIdx, innerIdx         int
 		repeated                   bool
 	}
-	splittable := func(a string) bool { return a == "T" || a == "D" }
 	uses := map[string]*use{}
 	for i, m := range d.Order {
 		if !strings.Contains("CSTLHD", m.Axis) || len(m.Axis) != 1 {
@@ -315,8 +327,11 @@ func checkOrder(d *OrderDecl) []*OrderErr {
 		}
 		switch m.Op {
 		case "":
+			if m.Factor != 0 {
+				add(m.Pos, "whole axis %s has a split factor %d", m.Axis, m.Factor)
+			}
 		case "/", "%":
-			if !splittable(m.Axis) {
+			if !Splittable(m.Axis) {
 				add(m.Pos, "axis %s cannot be split; only T and D can", m.Axis)
 			}
 			switch {
@@ -327,6 +342,9 @@ func checkOrder(d *OrderDecl) []*OrderErr {
 			case m.Factor > MaxFactor:
 				add(m.Pos, "split factor of %s must be at most %d, got %d", m.Axis, MaxFactor, m.Factor)
 			}
+		default:
+			add(m.Pos, "invalid split operator %q after %s; use / or %%", m.Op, m.Axis)
+			continue
 		}
 		u := uses[m.Axis]
 		if u == nil {
@@ -367,13 +385,13 @@ func checkOrder(d *OrderDecl) []*OrderErr {
 		if u == nil {
 			switch {
 			case a != "S":
-				add(Pos{}, "layout %s is missing axis %s", d.Name, a)
+				add(d.Pos, "layout %s is missing axis %s", d.Name, a)
 			case d.Kind == "pool":
-				add(Pos{}, "pool layout %s has no slot axis S", d.Name)
+				add(d.Pos, "pool layout %s has no slot axis S", d.Name)
 			}
 			continue
 		}
-		if !splittable(a) || u.repeated || u.whole != nil {
+		if !Splittable(a) || u.repeated || u.whole != nil {
 			continue
 		}
 		switch {
