@@ -128,6 +128,31 @@ func batch(domain string, keys *C.char, offsets, slots *C.int64_t, withSlots boo
 	return ks, ss, nil
 }
 
+// enterBatch starts a call on writer or reader handle h, a T called kind
+// (enterHandle), and returns the store keys and slots of its n pages
+// (batch). missing is the message of a NULL output argument, "" when there
+// is none: it fails the call after a bad handle and before a bad batch.
+// The caller must call leave when it returns nil.
+func enterBatch[T caller](h C.uint64_t, kind, missing string, keys *C.char, offsets, slots *C.int64_t, withSlots bool, n C.int64_t) (obj T, ks []string, ss []int, err error) {
+	if obj, err = enterHandle[T](uint64(h), kind); err != nil {
+		return obj, nil, nil, err
+	}
+	ok := false // leave unless the call goes on (on a panic too)
+	defer func() {
+		if !ok {
+			obj.leave()
+		}
+	}()
+	if missing != "" {
+		return obj, nil, nil, invalidf("%s", missing)
+	}
+	if ks, ss, err = batch(obj.keyDomain(), keys, offsets, slots, withSlots, n); err != nil {
+		return obj, nil, nil, err
+	}
+	ok = true
+	return obj, ks, ss, nil
+}
+
 //export kvrgoSetMaxProcs
 func kvrgoSetMaxProcs(n C.int32_t, prev *C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, nil, 0)
@@ -190,12 +215,10 @@ func kvrgoWriterOpen(sh C.uint64_t, m *C.kvr_model, p *C.kvr_placement, pool *C.
 //export kvrgoWriterPublish
 func kvrgoWriterPublish(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
-	wh, e := lookup[*writerHandle](uint64(h), "writer")
+	wh, e := enterHandle[*writerHandle](uint64(h), "writer")
 	if e == nil {
-		if e = wh.enter(uint64(h), "writer"); e == nil {
-			defer wh.mu.RUnlock()
-			e = wh.publish(context.Background())
-		}
+		defer wh.leave()
+		e = wh.publish(context.Background())
 	}
 	return finish(e, "", err, errlen)
 }
@@ -203,21 +226,15 @@ func kvrgoWriterPublish(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
 //export kvrgoWriterWrite
 func kvrgoWriterWrite(h C.uint64_t, keys *C.char, offsets, slots *C.int64_t, n C.int64_t, statuses *C.uint8_t, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
-	wh, e := lookup[*writerHandle](uint64(h), "writer")
-	if e != nil {
-		return finish(e, "", err, errlen)
-	}
-	if e = wh.enter(uint64(h), "writer"); e != nil {
-		return finish(e, "", err, errlen)
-	}
-	defer wh.mu.RUnlock()
+	missing := ""
 	if statuses == nil && n > 0 {
-		return finish(invalidf("statuses is NULL with n = %d", int64(n)), "", err, errlen)
+		missing = fmt.Sprintf("statuses is NULL with n = %d", int64(n))
 	}
-	ks, ss, e := batch(wh.man.Domain, keys, offsets, slots, true, n)
+	wh, ks, ss, e := enterBatch[*writerHandle](h, "writer", missing, keys, offsets, slots, true, n)
 	if e != nil {
 		return finish(e, "", err, errlen)
 	}
+	defer wh.leave()
 	var st []uint8
 	if n > 0 {
 		st = unsafe.Slice((*uint8)(unsafe.Pointer(statuses)), int(n))
@@ -271,21 +288,15 @@ func kvrgoReaderOpen(sh C.uint64_t, m *C.kvr_model, p *C.kvr_placement, pool *C.
 //export kvrgoReaderExists
 func kvrgoReaderExists(h C.uint64_t, keys *C.char, offsets *C.int64_t, n C.int64_t, complete *C.int64_t, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
-	rh, e := lookup[*readerHandle](uint64(h), "reader")
-	if e != nil {
-		return finish(e, "", err, errlen)
-	}
-	if e = rh.enter(uint64(h), "reader"); e != nil {
-		return finish(e, "", err, errlen)
-	}
-	defer rh.mu.RUnlock()
+	missing := ""
 	if complete == nil {
-		return finish(invalidf("complete is NULL"), "", err, errlen)
+		missing = "complete is NULL"
 	}
-	ks, _, e := batch(rh.domain, keys, offsets, nil, false, n)
+	rh, ks, _, e := enterBatch[*readerHandle](h, "reader", missing, keys, offsets, nil, false, n)
 	if e != nil {
 		return finish(e, "", err, errlen)
 	}
+	defer rh.leave()
 	c, msg, e := rh.exists(ks)
 	*complete = C.int64_t(c)
 	return finish(e, msg, err, errlen)
@@ -294,21 +305,15 @@ func kvrgoReaderExists(h C.uint64_t, keys *C.char, offsets *C.int64_t, n C.int64
 //export kvrgoReaderRead
 func kvrgoReaderRead(h C.uint64_t, keys *C.char, offsets, slots *C.int64_t, n C.int64_t, res *C.kvr_read_result, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
-	rh, e := lookup[*readerHandle](uint64(h), "reader")
-	if e != nil {
-		return finish(e, "", err, errlen)
-	}
-	if e = rh.enter(uint64(h), "reader"); e != nil {
-		return finish(e, "", err, errlen)
-	}
-	defer rh.mu.RUnlock()
+	missing := ""
 	if res == nil {
-		return finish(invalidf("res is NULL"), "", err, errlen)
+		missing = "res is NULL"
 	}
-	ks, ss, e := batch(rh.domain, keys, offsets, slots, true, n)
+	rh, ks, ss, e := enterBatch[*readerHandle](h, "reader", missing, keys, offsets, slots, true, n)
 	if e != nil {
 		return finish(e, "", err, errlen)
 	}
+	defer rh.leave()
 	r, e := rh.read(ks, ss)
 	if e != nil {
 		return finish(e, "", err, errlen)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
 	"github.com/kvreshard/kvreshard/runtime/store"
@@ -73,8 +74,8 @@ type poolUser struct {
 	regions [][]byte // the caller's pool memory, valid until close
 }
 
-// enter starts a call on the handle: the caller must call mu.RUnlock
-// when it returns nil.
+// enter starts a call on the handle: the caller must call leave when it
+// returns nil.
 func (p *poolUser) enter(h uint64, kind string) error {
 	p.mu.RLock()
 	if p.closed {
@@ -82,6 +83,28 @@ func (p *poolUser) enter(h uint64, kind string) error {
 		return errorf(kvrEClosed, "%s handle %d is closed", kind, h)
 	}
 	return nil
+}
+
+// leave ends a call that enter started.
+func (p *poolUser) leave() { p.mu.RUnlock() }
+
+// caller is a handle that calls enter and leave: *writerHandle or
+// *readerHandle.
+type caller interface {
+	enter(h uint64, kind string) error
+	leave()
+	// keyDomain is the model domain of the store keys of its pages.
+	keyDomain() string
+}
+
+// enterHandle returns the object of handle h, a T called kind, with a
+// call started on it: the caller must call leave when it returns nil.
+func enterHandle[T caller](h uint64, kind string) (T, error) {
+	obj, err := lookup[T](h, kind)
+	if err == nil {
+		err = obj.enter(h, kind)
+	}
+	return obj, err
 }
 
 // close marks the handle closed once the calls in progress return,
@@ -109,6 +132,8 @@ type writerHandle struct {
 	published atomic.Bool
 }
 
+func (wh *writerHandle) keyDomain() string { return wh.man.Domain }
+
 // readerHandle is an open reader.
 type readerHandle struct {
 	poolUser
@@ -126,6 +151,8 @@ type readerHandle struct {
 	opts reshard.ReaderOptions // CopyWorkers resolved (never 0)
 	base reshard.Stats
 }
+
+func (rh *readerHandle) keyDomain() string { return rh.domain }
 
 func kindName(v any) string {
 	switch v.(type) {
@@ -200,50 +227,79 @@ func closeStore(h uint64) error {
 	return nil
 }
 
+// rankSpec is what a writer or reader opens from: the store, the model,
+// and the rank's topology and binding to its pool.
+type rankSpec struct {
+	store *storeHandle
+	model manifest.Model
+	t     placement.Topology
+	r     placement.Rank
+	b     plan.Binding
+}
+
+// buildRank builds the rankSpec of rank pa of model ma with pool a on store
+// handle sh.
+func buildRank(sh uint64, ma modelArgs, pa placementArgs, a *poolArgs) (*rankSpec, error) {
+	s, err := lookup[*storeHandle](sh, "store")
+	if err != nil {
+		return nil, err
+	}
+	rs := &rankSpec{store: s}
+	if rs.model, err = buildModel(ma); err != nil {
+		return nil, err
+	}
+	d := &rs.model.Descriptor
+	if rs.t, rs.r, err = buildPlacement(d, pa); err != nil {
+		return nil, err
+	}
+	if rs.b, err = binding(d, rs.t, rs.r, a); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// attach gives p the regions of pool a, of geometry g, and registers it
+// as a user of store handle sh (s).
+func (p *poolUser) attach(s *storeHandle, sh uint64, g *plan.Geometry, a *poolArgs) error {
+	regs, err := regions(g, a)
+	if err != nil {
+		return err
+	}
+	if err := s.use(sh); err != nil {
+		return err
+	}
+	p.store, p.regions = s, regs
+	return nil
+}
+
 // openWriter opens the writer of rank pa of model ma from pool a, storing
 // pages in part layout part ("" for the pool's default).
 func openWriter(sh uint64, ma modelArgs, pa placementArgs, a *poolArgs, part string) (uint64, error) {
-	s, err := lookup[*storeHandle](sh, "store")
+	rs, err := buildRank(sh, ma, pa, a)
 	if err != nil {
 		return 0, err
 	}
-	model, err := buildModel(ma)
+	d := &rs.model.Descriptor
+	pl, err := partLayout(part, rs.b.Layout)
 	if err != nil {
 		return 0, err
 	}
-	d := &model.Descriptor
-	t, r, err := buildPlacement(d, pa)
-	if err != nil {
-		return 0, err
-	}
-	b, err := binding(d, t, r, a)
-	if err != nil {
-		return 0, err
-	}
-	pl, err := partLayout(part, b.Layout)
-	if err != nil {
-		return 0, err
-	}
-	m, err := plan.ManifestFor(model.Domain(), d, t, pl)
+	m, err := plan.ManifestFor(rs.model.Domain(), d, rs.t, pl)
 	if err != nil {
 		return 0, invalidf("writer: %v", err)
 	}
-	idx, writes, err := t.Writer(d, r)
+	idx, writes, err := rs.t.Writer(d, rs.r)
 	if err != nil {
 		return 0, invalidf("placement: %v", err)
 	}
-	w, err := reshard.NewWriter(s.st, m, idx, writes, b)
+	w, err := reshard.NewWriter(rs.store.st, m, idx, writes, rs.b)
 	if err != nil {
 		return 0, invalidf("writer: %v", err)
 	}
-	regs, err := regions(w.Geometry(), a)
-	if err != nil {
+	wh := &writerHandle{w: w, man: m}
+	if err := wh.attach(rs.store, sh, w.Geometry(), a); err != nil {
 		return 0, err
 	}
-	if err := s.use(sh); err != nil {
-		return 0, err
-	}
-	wh := &writerHandle{poolUser: poolUser{store: s, regions: regs}, w: w, man: m}
 	return uint64(cgo.NewHandle(wh)), nil
 }
 
@@ -318,37 +374,20 @@ func badSlot(slots []int, g *plan.Geometry) (string, bool) {
 
 // openReader opens the reader of rank pa of model ma into pool a.
 func openReader(sh uint64, ma modelArgs, pa placementArgs, a *poolArgs) (uint64, error) {
-	s, err := lookup[*storeHandle](sh, "store")
+	rs, err := buildRank(sh, ma, pa, a)
 	if err != nil {
 		return 0, err
 	}
-	model, err := buildModel(ma)
-	if err != nil {
-		return 0, err
-	}
-	d := &model.Descriptor
-	t, r, err := buildPlacement(d, pa)
-	if err != nil {
-		return 0, err
-	}
-	b, err := binding(d, t, r, a)
-	if err != nil {
-		return 0, err
-	}
+	s := rs.store
 	tr := plan.StoreTransport(s.url)
-	rh := &readerHandle{domain: model.Domain(), st: s.st, desc: d, bind: b,
+	rh := &readerHandle{domain: rs.model.Domain(), st: s.st, desc: &rs.model.Descriptor, bind: rs.b,
 		popts: plan.Options{Strategy: plan.Auto, Transport: &tr}}
 	if rh.r, rh.opts, err = rh.newReader(0, 0, 0); err != nil {
 		return 0, err
 	}
-	regs, err := regions(rh.r.Geometry(), a)
-	if err != nil {
+	if err := rh.attach(s, sh, rh.r.Geometry(), a); err != nil {
 		return 0, err
 	}
-	if err := s.use(sh); err != nil {
-		return 0, err
-	}
-	rh.poolUser = poolUser{store: s, regions: regs}
 	return uint64(cgo.NewHandle(rh)), nil
 }
 

@@ -307,6 +307,18 @@ func TestStopCode(t *testing.T) {
 	}
 }
 
+// memStore opens a mem:// store, closed when the test ends, and builds
+// model ma.
+func memStore(t testing.TB, ma modelArgs) (uint64, manifest.Model) {
+	t.Helper()
+	sh, err := openStore("mem://")
+	require.NoError(t, err)
+	t.Cleanup(func() { closeStore(sh) })
+	model, err := buildModel(ma)
+	require.NoError(t, err)
+	return sh, model
+}
+
 // storeKeysOf returns the store keys of pages 0..n-1 named as the
 // kvreshard command names them.
 func storeKeysOf(t *testing.T, domain string, n int) ([]byte, []int64, []string) {
@@ -431,11 +443,7 @@ func TestWriteRead(t *testing.T) {
 // close returns only when no call uses the pool, and every later call gets
 // KVR_ECLOSED. Run with -race.
 func TestCloseWaitsForCalls(t *testing.T) {
-	sh, err := openStore("mem://")
-	require.NoError(t, err)
-	defer closeStore(sh)
-	model, err := buildModel(testModel)
-	require.NoError(t, err)
+	sh, model := memStore(t, testModel)
 	d := &model.Descriptor
 	_, _, keys := storeKeysOf(t, model.Domain(), 4)
 	pa := placementArgs{tp: 1, pp: 1}
@@ -456,16 +464,13 @@ func TestCloseWaitsForCalls(t *testing.T) {
 	for g := range 4 {
 		wg.Go(func() {
 			for range 200 {
-				rh, err := lookup[*readerHandle](r, "reader")
-				if err == nil {
-					err = rh.enter(r, "reader")
-				}
+				rh, err := enterHandle[*readerHandle](r, "reader")
 				if err != nil {
 					assert.Equal(t, kvrEClosed, codeOf(err), "%v", err)
 					return
 				}
 				res, err := rh.read(keys, []int{4 * g, 4*g + 1, 4*g + 2, 4*g + 3})
-				rh.mu.RUnlock()
+				rh.leave()
 				assert.NoError(t, err)
 				assert.Equal(t, 4, res.Hit)
 			}
@@ -481,11 +486,7 @@ func TestCloseWaitsForCalls(t *testing.T) {
 // TestPublish tells the store's failures from a manifest read back as
 // other bytes.
 func TestPublish(t *testing.T) {
-	sh, err := openStore("mem://")
-	require.NoError(t, err)
-	defer closeStore(sh)
-	model, err := buildModel(testModel)
-	require.NoError(t, err)
+	sh, model := memStore(t, testModel)
 	pa := placementArgs{tp: 1, pp: 1}
 	a, _ := testPool(t, "page_first", &model.Descriptor, pa, 1)
 	w, err := openWriter(sh, testModel, pa, a, "")
@@ -535,27 +536,20 @@ func (m *metaStore) GetMeta(ctx context.Context, key string) ([]byte, error) {
 // BenchmarkEmptyRead is the Go side of an empty kvr_reader_read: finding
 // the handle, entering it and reading no page.
 func BenchmarkEmptyRead(b *testing.B) {
-	sh, err := openStore("mem://")
-	require.NoError(b, err)
-	defer closeStore(sh)
-	model, err := buildModel(testModel)
-	require.NoError(b, err)
+	sh, model := memStore(b, testModel)
 	pa := placementArgs{tp: 1, pp: 1}
 	a, _ := testPool(b, "page_first", &model.Descriptor, pa, 1)
 	r, err := openReader(sh, testModel, pa, a)
 	require.NoError(b, err)
 	for b.Loop() {
-		rh, err := lookup[*readerHandle](r, "reader")
-		if err == nil {
-			err = rh.enter(r, "reader")
-		}
+		rh, err := enterHandle[*readerHandle](r, "reader")
 		if err != nil {
 			b.Fatal(err)
 		}
 		if _, err := rh.read(nil, nil); err != nil {
 			b.Fatal(err)
 		}
-		rh.mu.RUnlock()
+		rh.leave()
 	}
 }
 
@@ -654,12 +648,8 @@ func (f *failStore) Query(ctx context.Context, keys []string) ([]store.Object, e
 
 // TestMLA writes and reads pages of an MLA model: one latent region.
 func TestMLA(t *testing.T) {
-	sh, err := openStore("mem://")
-	require.NoError(t, err)
-	defer closeStore(sh)
 	ma := modelArgs{layers: 4, kvHeads: 1, headDim: 16, page: 8, mla: 1, dtype: "fp8"}
-	model, err := buildModel(ma)
-	require.NoError(t, err)
+	sh, model := memStore(t, ma)
 	_, _, keys := storeKeysOf(t, model.Domain(), 3)
 
 	var ws []*writerHandle

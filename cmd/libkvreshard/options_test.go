@@ -218,7 +218,7 @@ func TestSetOptionsWhileReading(t *testing.T) {
 				if err == nil {
 					err = verifyAt(rh, regs, keys[:res.Hit], slots)
 				}
-				rh.mu.RUnlock()
+				rh.leave()
 				if err != nil {
 					errs <- err
 				}

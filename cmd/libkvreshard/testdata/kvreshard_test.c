@@ -564,6 +564,11 @@ static void test_bad_arguments(uint64_t st) {
     CHECK_MSG(rc, KVR_EINVAL, err, "pages 0 and 1 both go to slot 3");
     rc = kvr_reader_read(r, k.buf, k.off, NULL, 2, &res, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "keys, offsets, slots or the output array is NULL with n = 2");
+    /* A NULL output is named before the batch is looked at. */
+    rc = kvr_reader_read(r, k.buf, k.off, NULL, 2, NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "res is NULL");
+    rc = kvr_reader_exists(r, k.buf, k.off, -1, NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "complete is NULL");
 
     /* A message cut to fit, and no buffer at all. */
     char tiny[8];
@@ -625,6 +630,8 @@ static void test_closed(void) {
     write_pages(w, 0, 1, KVR_WRITTEN);
     keys k = page_keys(0, 1);
     int64_t slot = 1;
+    rc = kvr_writer_write(w, k.buf, k.off, &slot, 1, NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "statuses is NULL with n = 1");
     kvr_read_result res;
     rc = kvr_reader_read(r, k.buf, k.off, &slot, 1, &res, err, sizeof err);
     /* TP1/PP3 rank 0 wrote only its part: the page is not complete. */
@@ -638,6 +645,9 @@ static void test_closed(void) {
     uint8_t status;
     rc = kvr_writer_write(w, k.buf, k.off, &slot, 1, &status, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    /* A closed handle is named before a NULL output. */
+    rc = kvr_writer_write(w, k.buf, k.off, &slot, 1, NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
     rc = kvr_writer_publish(w, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
     kvr_writer_stats ws;
@@ -650,6 +660,10 @@ static void test_closed(void) {
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
     int64_t n;
     rc = kvr_reader_exists(r, k.buf, k.off, 1, &n, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    rc = kvr_reader_read(r, k.buf, k.off, &slot, 1, NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    rc = kvr_reader_exists(r, k.buf, k.off, 1, NULL, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
     rc = kvr_reader_close(r, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
