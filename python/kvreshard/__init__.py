@@ -141,34 +141,22 @@ def _str(what, v):
     return b
 
 
-class Store:
-    """An open store: file:///abs/dir, redis://host:port (Redis or Redis
-    Cluster), mem:// or mem://name (in this process). A context manager;
-    close() it when done (writers and readers opened on it first)."""
+class _Handle:
+    """What Store, Writer and Reader share: a handle of the library, of
+    kind store, writer or reader (the C functions kvr_<kind>_...), closed
+    by close(), at the end of a with block or when collected."""
 
-    def __init__(self, url):
-        self.url = url
-        b = _str("store url", url)
-        h = ctypes.c_uint64()
-        err = _lib.errbuf()
-        _lib.check(_lib.lib().kvr_store_open(b, ctypes.byref(h), err, _lib.ERRLEN), err)
-        self._h = h.value
+    kind = "object"
+
+    def _handle(self):
+        h = self._h
+        if not h:
+            raise InvalidArgument("kvreshard: %s is closed" % self.kind, _lib.ECLOSED)
+        return h
 
     @property
     def closed(self):
         return self._h == 0
-
-    def close(self):
-        """Close the store; closing twice does nothing."""
-        h, self._h = getattr(self, "_h", 0), 0
-        if h:
-            err = _lib.errbuf()
-            _lib.check(_lib.lib().kvr_store_close(h, err, _lib.ERRLEN), err)
-
-    def _handle(self):
-        if not self._h:
-            raise InvalidArgument("kvreshard: store %s is closed" % self.url, _lib.ECLOSED)
-        return self._h
 
     def __enter__(self):
         return self
@@ -181,6 +169,43 @@ class Store:
             self.close()
         except Exception:
             pass
+
+    def close(self):
+        """Close the handle (kvr_<kind>_close); closing twice does nothing."""
+        h, self._h = getattr(self, "_h", 0), 0
+        if h:
+            err = _lib.errbuf()
+            _lib.check(getattr(_lib.lib(), "kvr_%s_close" % self.kind)(h, err, _lib.ERRLEN), err)
+
+    def _stats(self, c_type, fields, result):
+        """The handle's counters: kvr_<kind>_stats_get into a c_type, as
+        a result of those fields."""
+        s = c_type()
+        code = getattr(_lib.lib(), "kvr_%s_stats_get" % self.kind)(self._handle(), ctypes.byref(s))
+        if code != _lib.OK:
+            raise _lib.error(code, "kvreshard: %s stats failed" % self.kind)
+        return result(*(getattr(s, f) for f in fields))
+
+
+class Store(_Handle):
+    """An open store: file:///abs/dir, redis://host:port (Redis or Redis
+    Cluster), mem:// or mem://name (in this process). A context manager;
+    close() it when done (writers and readers opened on it first)."""
+
+    kind = "store"
+
+    def __init__(self, url):
+        self.url = url
+        b = _str("store url", url)
+        h = ctypes.c_uint64()
+        err = _lib.errbuf()
+        _lib.check(_lib.lib().kvr_store_open(b, ctypes.byref(h), err, _lib.ERRLEN), err)
+        self._h = h.value
+
+    def _handle(self):
+        if not self._h:
+            raise InvalidArgument("kvreshard: store %s is closed" % self.url, _lib.ECLOSED)
+        return self._h
 
     def __repr__(self):
         return "Store(%r%s)" % (self.url, ", closed" if self.closed else "")
@@ -429,32 +454,6 @@ def _numpy():
     return _np
 
 
-class _Handle:
-    kind = "object"
-
-    def _handle(self):
-        h = self._h
-        if not h:
-            raise InvalidArgument("kvreshard: %s is closed" % self.kind, _lib.ECLOSED)
-        return h
-
-    @property
-    def closed(self):
-        return self._h == 0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
 class Writer(_Handle):
     """Writes this rank's part of pages from its pool. part_layout is the
     layout of the part in the store (PLHD, LPHD, HPLD or any part layout
@@ -496,18 +495,7 @@ class Writer(_Handle):
 
     def stats(self):
         """The writer's counters (WriterStats)."""
-        s = _lib.CWriterStats()
-        code = _lib.lib().kvr_writer_stats_get(self._handle(), ctypes.byref(s))
-        if code != _lib.OK:
-            raise _lib.error(code, "kvreshard: writer stats failed")
-        return WriterStats(*(getattr(s, f) for f in _lib.WRITER_STATS))
-
-    def close(self):
-        """Close the writer; closing twice does nothing."""
-        h, self._h = getattr(self, "_h", 0), 0
-        if h:
-            err = _lib.errbuf()
-            _lib.check(_lib.lib().kvr_writer_close(h, err, _lib.ERRLEN), err)
+        return self._stats(_lib.CWriterStats, _lib.WRITER_STATS, WriterStats)
 
 
 class Reader(_Handle):
@@ -572,18 +560,7 @@ class Reader(_Handle):
 
     def stats(self):
         """The reader's counters (ReaderStats)."""
-        s = _lib.CReaderStats()
-        code = _lib.lib().kvr_reader_stats_get(self._handle(), ctypes.byref(s))
-        if code != _lib.OK:
-            raise _lib.error(code, "kvreshard: reader stats failed")
-        return ReaderStats(*(getattr(s, f) for f in _lib.READER_STATS))
-
-    def close(self):
-        """Close the reader; closing twice does nothing."""
-        h, self._h = getattr(self, "_h", 0), 0
-        if h:
-            err = _lib.errbuf()
-            _lib.check(_lib.lib().kvr_reader_close(h, err, _lib.ERRLEN), err)
+        return self._stats(_lib.CReaderStats, _lib.READER_STATS, ReaderStats)
 
 
 def _opt(what, v, bits):
