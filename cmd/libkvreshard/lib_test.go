@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -319,6 +320,28 @@ func memStore(t testing.TB, ma modelArgs) (uint64, manifest.Model) {
 	return sh, model
 }
 
+// testWriter opens the writer of rank pa of model ma from pool a on store
+// handle sh (openWriter), closed when the test ends.
+func testWriter(t testing.TB, sh uint64, ma modelArgs, pa placementArgs, a *poolArgs, part string) *writerHandle {
+	t.Helper()
+	w, err := openWriter(sh, ma, pa, a, part)
+	require.NoError(t, err)
+	wh, err := lookup[*writerHandle](w, "writer")
+	require.NoError(t, err)
+	t.Cleanup(func() { wh.close(w, "writer") })
+	return wh
+}
+
+// writeStatuses writes pages keys from slots and returns their statuses
+// (each 9, no status, unless the write sets it).
+func writeStatuses(t testing.TB, wh *writerHandle, keys []string, slots []int) []uint8 {
+	t.Helper()
+	st := bytes.Repeat([]byte{9}, len(keys))
+	_, err := wh.write(keys, slots, st)
+	require.NoError(t, err)
+	return st
+}
+
 // storeKeysOf returns the store keys of pages 0..n-1 named as the
 // kvreshard command names them.
 func storeKeysOf(t *testing.T, domain string, n int) ([]byte, []int64, []string) {
@@ -489,10 +512,7 @@ func TestPublish(t *testing.T) {
 	sh, model := memStore(t, testModel)
 	pa := placementArgs{tp: 1, pp: 1}
 	a, _ := testPool(t, "page_first", &model.Descriptor, pa, 1)
-	w, err := openWriter(sh, testModel, pa, a, "")
-	require.NoError(t, err)
-	wh, _ := lookup[*writerHandle](w, "writer")
-	defer wh.close(w, "writer")
+	wh := testWriter(t, sh, testModel, pa, a, "")
 	require.NoError(t, wh.publish(context.Background()))
 	require.True(t, wh.published.Load())
 
@@ -500,7 +520,7 @@ func TestPublish(t *testing.T) {
 	real := s.st
 	defer func() { s.st = real }()
 	s.st = &metaStore{Store: real, back: []byte("{}")}
-	err = wh.publish(context.Background())
+	err := wh.publish(context.Background())
 	require.EqualError(t, err, fmt.Sprintf("manifest %s reads back as other bytes", wh.man.Key()))
 	require.Equal(t, kvrEManifest, codeOf(err))
 	s.st = &metaStore{Store: real, putErr: store.ErrMetaConflict}
@@ -572,13 +592,8 @@ func TestRejectedAndFailed(t *testing.T) {
 	require.NoError(t, errs[0])
 	pa := placementArgs{tp: 1, pp: 1}
 	wa, _ := testPool(t, "page_first", &model.Descriptor, pa, 1)
-	w, err := openWriter(sh, testModel, pa, wa, "")
-	require.NoError(t, err)
-	wh, _ := lookup[*writerHandle](w, "writer")
-	defer wh.close(w, "writer")
-	st := []uint8{9}
-	_, err = wh.write(keys[:1], []int{0}, st)
-	require.NoError(t, err)
+	wh := testWriter(t, sh, testModel, pa, wa, "")
+	st := writeStatuses(t, wh, keys[:1], []int{0})
 	require.Equal(t, []uint8{kvrWritten}, st)
 
 	ra, _ := testPool(t, "layer_first", &model.Descriptor, pa, 2)
@@ -657,18 +672,12 @@ func TestMLA(t *testing.T) {
 		pa := placementArgs{tp: 1, pp: 2, ppRank: pp, ppLayers: []int{3, 1}}
 		a, regs := testPool(t, "page_head", &model.Descriptor, pa, 3)
 		require.Equal(t, 1, a.nregions)
-		w, err := openWriter(sh, ma, pa, a, "")
-		require.NoError(t, err)
-		wh, _ := lookup[*writerHandle](w, "writer")
+		wh := testWriter(t, sh, ma, pa, a, "")
 		ws = append(ws, wh)
-		defer wh.close(w, "writer")
 		for i, k := range keys {
 			content.Fill(wh.w.Geometry(), regs, i, content.Seed(k))
 		}
-		st := make([]uint8, 3)
-		_, err = wh.write(keys, []int{0, 1, 2}, st)
-		require.NoError(t, err)
-		require.Equal(t, []uint8{0, 0, 0}, st)
+		require.Equal(t, []uint8{kvrWritten, kvrWritten, kvrWritten}, writeStatuses(t, wh, keys, []int{0, 1, 2}))
 	}
 	require.Equal(t, "HPLD", ws[0].man.Layout.Name)
 
@@ -688,12 +697,6 @@ func TestMLA(t *testing.T) {
 	// A TP 2 writer of one head: rank 1 holds a replica.
 	pa = placementArgs{tp: 2, pp: 1, tpRank: 1}
 	wa, _ := testPool(t, "page_first", &model.Descriptor, pa, 1)
-	w, err := openWriter(sh, ma, pa, wa, "")
-	require.NoError(t, err)
-	wh, _ := lookup[*writerHandle](w, "writer")
-	defer wh.close(w, "writer")
-	st := []uint8{9}
-	_, err = wh.write(keys[:1], []int{0}, st)
-	require.NoError(t, err)
-	require.Equal(t, []uint8{kvrReplica}, st)
+	wh := testWriter(t, sh, ma, pa, wa, "")
+	require.Equal(t, []uint8{kvrReplica}, writeStatuses(t, wh, keys[:1], []int{0}))
 }

@@ -232,6 +232,17 @@ func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
 
 func newClock() *clock { return &clock{time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
 
+// leaseStore opens a store in a temporary directory with a lease of a
+// minute on a clock the test moves, closed when the test ends.
+func leaseStore(t *testing.T) (*Store, *clock) {
+	t.Helper()
+	clk := newClock()
+	s, err := Open(t.TempDir(), Options{Lease: time.Minute, now: clk.now})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s, clk
+}
+
 func query(t *testing.T, s *Store, keys ...string) []store.Object {
 	t.Helper()
 	objs, err := s.Query(context.Background(), keys)
@@ -244,10 +255,7 @@ func query(t *testing.T, s *Store, keys ...string) []store.Object {
 // generation, and removes the old generation's parts.
 func TestLeaseClock(t *testing.T) {
 	ctx := context.Background()
-	clk := newClock()
-	s, err := Open(t.TempDir(), Options{Lease: time.Minute, now: clk.now})
-	require.NoError(t, err)
-	defer s.Close()
+	s, clk := leaseStore(t)
 	dir := s.objectDir("k")
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 0)}))
 	old := claimOf(t, s, "k")
@@ -287,10 +295,7 @@ func TestLeaseClock(t *testing.T) {
 // passed, by a writer of any layout.
 func TestLeaseCorruptClaim(t *testing.T) {
 	ctx := context.Background()
-	clk := newClock()
-	s, err := Open(t.TempDir(), Options{Lease: time.Minute, now: clk.now})
-	require.NoError(t, err)
-	defer s.Close()
+	s, clk := leaseStore(t)
 	dir := s.objectDir("k")
 	require.NoError(t, os.MkdirAll(dir, 0o777))
 	path := filepath.Join(dir, "claim")
@@ -309,10 +314,7 @@ func TestLeaseCorruptClaim(t *testing.T) {
 // object's lock, however old the claim.
 func TestLeaseLocked(t *testing.T) {
 	ctx := context.Background()
-	clk := newClock()
-	s, err := Open(t.TempDir(), Options{Lease: time.Minute, now: clk.now})
-	require.NoError(t, err)
-	defer s.Close()
+	s, clk := leaseStore(t)
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 0)}))
 	lk, _, err := s.lock(s.objectDir("k")) // as a writer in the middle of a part
 	require.NoError(t, err)
@@ -330,10 +332,7 @@ func TestLeaseLocked(t *testing.T) {
 // removes its temporary files older than the lease, and only those.
 func TestStaleTemps(t *testing.T) {
 	ctx := context.Background()
-	clk := newClock()
-	s, err := Open(t.TempDir(), Options{Lease: time.Minute, now: clk.now})
-	require.NoError(t, err)
-	defer s.Close()
+	s, clk := leaseStore(t)
 	dir := s.objectDir("k")
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 0)}))
 	old, edge, fresh := filepath.Join(dir, ".tmp-0123456789abcdef"), filepath.Join(dir, ".tmp-edge"), filepath.Join(dir, ".tmp-fresh")
