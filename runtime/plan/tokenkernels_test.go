@@ -1,6 +1,7 @@
 package plan_test
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -10,6 +11,15 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 )
+
+// countingKernels counts the calls of the kernels the test registers, with
+// and without token lists. The registry is global and keeps the first
+// kernels of a pair, so each pair is registered once per process and the
+// counts are reset by each run of the test (go test -count=N).
+var countingKernels struct {
+	once         [2]sync.Once
+	lists, whole [2]atomic.Int64
+}
 
 // TestTokenListsOnCompiledKernels: parts of other tokens than the reader's
 // plan on the pair's compiled kernels when those take token lists
@@ -24,19 +34,24 @@ func TestTokenListsOnCompiledKernels(t *testing.T) {
 		pr, err := ir.Lower(srcL, dstL)
 		require.NoError(t, err)
 		in := kernel.Interpreter{IR: pr}
-		var lists, whole atomic.Int64
-		require.NoError(t, kernel.Register(&kernel.Kernels{
-			Pair: kernel.Pair{Src: srcL.Identity(), Dst: dstL.Identity()},
-			Range: func(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
-				if p.Tokens != nil {
-					lists.Add(1)
-				} else {
-					whole.Add(1)
-				}
-				return in.Range(p, runs)
-			},
-			Copy: in.Copy, Digest: pr.Digest(), Origin: "test", Tokens: takes,
-		}))
+		i := map[bool]int{true: 0, false: 1}[takes]
+		lists, whole := &countingKernels.lists[i], &countingKernels.whole[i]
+		countingKernels.once[i].Do(func() {
+			require.NoError(t, kernel.Register(&kernel.Kernels{
+				Pair: kernel.Pair{Src: srcL.Identity(), Dst: dstL.Identity()},
+				Range: func(p *kernel.Problem, runs []kernel.Run) []kernel.Run {
+					if p.Tokens != nil {
+						lists.Add(1)
+					} else {
+						whole.Add(1)
+					}
+					return in.Range(p, runs)
+				},
+				Copy: in.Copy, Digest: pr.Digest(), Origin: "test", Tokens: takes,
+			}))
+		})
+		lists.Store(0)
+		whole.Store(0)
 		s := scenario{d: desc(4, 4, []int{8, 8}, "fp16", 32), src: placement.Topology{TP: 2, PP: 1, CP: 2, Interleave: 1}, srcL: srcL,
 			dst: placement.Topology{TP: 1, PP: 1}, dstL: dstL}
 		_, p, tpl := s.check(t)
