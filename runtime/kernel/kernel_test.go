@@ -11,8 +11,13 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 )
 
+// registerRuns names each run's pair apart: the registry is global and
+// keeps what an earlier run (go test -count=N) registered.
+var registerRuns atomic.Int32
+
 func TestRegister(t *testing.T) {
-	pair := kernel.Pair{Src: "part(test register)", Dst: "pool(test register)"}
+	run := registerRuns.Add(1)
+	pair := kernel.Pair{Src: fmt.Sprintf("part(test register %d)", run), Dst: fmt.Sprintf("pool(test register %d)", run)}
 	require.Nil(t, kernel.Lookup(pair))
 	n := kernel.Registered()
 	a := &kernel.Kernels{Pair: pair, Digest: "aaaa", Origin: "a.kvl: x -> y"}
@@ -27,7 +32,7 @@ func TestRegister(t *testing.T) {
 
 	// Another lowering of the same pair: an error naming both.
 	err := kernel.Register(&kernel.Kernels{Pair: pair, Digest: "bbbb", Origin: "c.kvl: u -> v"})
-	require.EqualError(t, err, "kernel: conflicting kernels for part(test register) -> pool(test register): "+
+	require.EqualError(t, err, fmt.Sprintf("kernel: conflicting kernels for part(test register %d) -> pool(test register %d): ", run, run)+
 		"a.kvl: x -> y (digest aaaa) and c.kvl: u -> v (digest bbbb)")
 	require.Same(t, a, kernel.Lookup(pair))
 	require.PanicsWithError(t, err.Error(), func() {
