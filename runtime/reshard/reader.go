@@ -927,9 +927,6 @@ var pipeBatch = 4 << 20
 // other.
 var pipeline = true
 
-// whole reports whether staged read k of page i holds its whole part.
-func (x *exec) whole(i, k int) bool { return wholeRead(x.tpls[i], k) }
-
 // wholeRead reports whether staged read k of t holds its whole part.
 func wholeRead(t *plan.Plan, k int) bool {
 	rd := &t.Reads[k]
@@ -1027,7 +1024,7 @@ func (x *exec) read() error {
 			rd := &t.Reads[k]
 			s := stageAt(t, k, at)
 			at = s + rd.Len
-			if x.whole(u.page, k) {
+			if wholeRead(t, k) {
 				x.queueCheck(u.page, int(rd.Part), (*x.stage)[s:at], (*x.stage)[s-store.ChecksumPrefix(t.Manifest.Key()):at], false)
 			}
 			x.queue(u.page, k, (*x.stage)[s:at])
