@@ -622,10 +622,7 @@ func (x *exec) add(i int) bool {
 			x.used = x.lo
 		}
 		for a := 0; a < len(t.Reads); {
-			b := a
-			for b < len(t.Reads) && t.Reads[b].Round == t.Reads[a].Round {
-				b++
-			}
+			b := roundEnd(t, a)
 			foot := roundFoot(t, a, b)
 			base := (x.used + 63) &^ 63
 			if base+foot > x.hi {
@@ -895,10 +892,7 @@ func (x *exec) stageNeed() (need, half int) {
 			continue
 		}
 		for a := 0; a < len(t.Reads); {
-			b := a
-			for b < len(t.Reads) && t.Reads[b].Round == t.Reads[a].Round {
-				b++
-			}
+			b := roundEnd(t, a)
 			foot := roundFoot(t, a, b)
 			need += (foot + 63) &^ 63
 			round = max(round, foot)
@@ -943,6 +937,16 @@ func stageAt(t *plan.Plan, k, at int) int {
 		at += store.ChecksumPrefix(t.Manifest.Key())
 	}
 	return (at + 63) &^ 63
+}
+
+// roundEnd returns the end of the staging round of t whose reads start at
+// read a.
+func roundEnd(t *plan.Plan, a int) int {
+	b := a
+	for b < len(t.Reads) && t.Reads[b].Round == t.Reads[a].Round {
+		b++
+	}
+	return b
 }
 
 // roundFoot returns the staging bytes the reads [a,b) of a round of t take
