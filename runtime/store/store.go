@@ -243,6 +243,24 @@ func (r *Range) Len() int {
 	return n
 }
 
+// CheckBounds returns the *RangeError that ReadRanges gives when the n
+// bytes (r.Len()) that r reads at r.Off do not lie within a part of size
+// bytes, or nil when they do.
+func (r *Range) CheckBounds(n, size int) error {
+	var err error
+	switch {
+	case r.Off < 0:
+		err = errNegativeOffset
+	case r.Off > size || n > size-r.Off:
+		err = fmt.Errorf("past the end of the part (%d bytes)", size)
+	default:
+		return nil
+	}
+	return &RangeError{Key: r.Key, Part: r.Part, Off: r.Off, Len: n, Err: err}
+}
+
+var errNegativeOffset = errors.New("negative offset")
+
 // RangeError is the error ReadRanges gives for a range it cannot read. Err
 // is ErrNotFound when the object is missing or incomplete or has no such
 // part, or a reason such as "negative offset" or "past the end of the part

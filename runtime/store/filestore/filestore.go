@@ -1041,12 +1041,8 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (n int, err er
 		if r.Manifest != "" && r.Manifest != o.manifest {
 			return i, rangeError(r, store.ErrChanged)
 		}
-		size := o.sizes[r.Part]
-		switch {
-		case r.Off < 0:
-			return i, rangeError(r, errNegativeOffset)
-		case r.Off > size || r.Len() > size-r.Off:
-			return i, rangeError(r, fmt.Errorf("past the end of the part (%d bytes)", size))
+		if err := r.CheckBounds(r.Len(), o.sizes[r.Part]); err != nil {
+			return i, err
 		}
 		if f == nil || r.Part != fp {
 			if f != nil {
@@ -1078,8 +1074,6 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (n int, err er
 	}
 	return len(rs), nil
 }
-
-var errNegativeOffset = errors.New("negative offset")
 
 func rangeError(r *store.Range, err error) error {
 	return &store.RangeError{Key: r.Key, Part: r.Part, Off: r.Off, Len: r.Len(), Err: err}

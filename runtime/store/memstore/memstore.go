@@ -28,7 +28,6 @@ package memstore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"net/url"
@@ -291,11 +290,8 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (int, error) {
 			return i, rangeError(r, store.ErrChanged)
 		}
 		b := o.parts[r.Part]
-		if r.Off < 0 {
-			return i, rangeError(r, errNegativeOffset)
-		}
-		if r.Off > len(b) || r.Len() > len(b)-r.Off {
-			return i, rangeError(r, fmt.Errorf("past the end of the part (%d bytes)", len(b)))
+		if err := r.CheckBounds(r.Len(), len(b)); err != nil {
+			return i, err
 		}
 		b = b[r.Off:]
 		for _, d := range r.Dst {
@@ -319,8 +315,6 @@ func (s *Store) ViewPart(ctx context.Context, key string, part int, manifest str
 	}
 	return o.parts[part], nil
 }
-
-var errNegativeOffset = errors.New("negative offset")
 
 func rangeError(r *store.Range, err error) error {
 	return &store.RangeError{Key: r.Key, Part: r.Part, Off: r.Off, Len: r.Len(), Err: err}

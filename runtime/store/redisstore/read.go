@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -172,12 +171,8 @@ func (b *batch) deliver(rs []store.Range, rep replies, next, progress *int) erro
 		if r.Manifest != "" && r.Manifest != o.Manifest {
 			return rangeError(r, store.ErrChanged)
 		}
-		if r.Off < 0 {
-			return rangeError(r, errNegativeOffset)
-		}
-		size := o.PartSizes[r.Part]
-		if r.Off > size || it.n > size-r.Off {
-			return rangeError(r, fmt.Errorf("past the end of the part (%d bytes)", size))
+		if err := r.CheckBounds(it.n, o.PartSizes[r.Part]); err != nil {
+			return err
 		}
 		rel := it.rel
 		for c := it.first; c < it.last; c++ {
@@ -289,8 +284,6 @@ func (s *Store) retry(ctx context.Context, err error, t *tries) bool {
 		return true
 	}
 }
-
-var errNegativeOffset = errors.New("negative offset")
 
 func rangeError(r *store.Range, err error) error {
 	return &store.RangeError{Key: r.Key, Part: r.Part, Off: r.Off, Len: r.Len(), Err: err}
