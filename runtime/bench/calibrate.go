@@ -153,28 +153,21 @@ func Calibrate(ctx context.Context, name string, start func() (string, func(), e
 	return c, nil
 }
 
-// measureCopy times local copies of size bytes, best of reps: one copy()
-// of them all, and copies of run bytes taken from every other run of the
-// source into contiguous memory, one copy() a run. It returns the bytes a
-// second of the first, and what a run of the second costs beyond its
-// bytes at that speed.
+// measureCopy times local copies of size bytes in turns, best of reps:
+// one copy() of them all, and copies of run bytes taken from every other
+// run of the source into contiguous memory, one copy() a run. It returns
+// the bytes a second of the first, and what a run of the second costs
+// beyond its bytes at that speed.
 func measureCopy(size, run, reps int) (bandwidth, runNS float64) {
 	src, dst := make([]byte, size), make([]byte, size)
 	for i := range src {
 		src[i] = byte(i)
 	}
-	copy(dst, src)
-	whole, runs := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
-	for range reps {
-		start := time.Now()
-		copy(dst, src)
-		whole = min(whole, time.Since(start))
-		start = time.Now()
+	whole, runs, _ := pairwise(reps, 1, func() { copy(dst, src) }, func() {
 		for o := 0; o+2*run <= size; o += 2 * run {
 			copy(dst[o/2:o/2+run], src[o:o+run])
 		}
-		runs = min(runs, time.Since(start))
-	}
+	})
 	bandwidth = float64(size) / max(whole.Seconds(), 1e-9)
 	n := size / (2 * run)
 	runNS = (float64(runs.Nanoseconds()) - float64(size/2)/bandwidth*1e9) / float64(n)
