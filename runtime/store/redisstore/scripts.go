@@ -180,13 +180,10 @@ if new then
   redis.call('HSET', meta, 'manifest', manifest, 'parts', parts, 'done', 1, 'w:' .. part, sum, 't', t)
 else
   redis.call('HSET', meta, 't', t)
-  if redis.call('HEXISTS', meta, 'w:' .. part) == 1 then
-    if redis.call('EXISTS', pkey) == 1 then return 0 end
-    redis.call('HSET', meta, 'w:' .. part, sum)
-  else
-    redis.call('HSET', meta, 'w:' .. part, sum)
-    redis.call('HINCRBY', meta, 'done', 1)
-  end
+  local marked = redis.call('HEXISTS', meta, 'w:' .. part) == 1
+  if marked and redis.call('EXISTS', pkey) == 1 then return 0 end
+  redis.call('HSET', meta, 'w:' .. part, sum)
+  if not marked then redis.call('HINCRBY', meta, 'done', 1) end
 end
 if ttl > 0 then
   redis.call('SET', pkey, ARGV[4], 'PX', ARGV[5])
