@@ -976,8 +976,8 @@ func (x *exec) flush(last bool) bool {
 	if err == nil {
 		err = x.read()
 		if ferr := x.settle(); ferr != nil {
-			// A page before those of this batch failed.
-			x.q.dropFrom(0)
+			// A page before those of this batch failed: its queued checks
+			// and copies are dropped below.
 			err = ferr
 		} else if err != nil || last || x.half == 0 {
 			if cerr := x.runQueued(); cerr != nil {
