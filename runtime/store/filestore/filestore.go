@@ -735,21 +735,6 @@ func (e *notRegularError) Error() string {
 	return fmt.Sprintf("%s is %s, not a regular file", e.path, kind)
 }
 
-// open opens a regular file without blocking (a FIFO in its place does not
-// hang the open) and without following a symbolic link, and refuses
-// anything but a regular file.
-func (s *Store) open(path string, flag int) (*os.File, error) {
-	fd, _, err := s.openFd(path, flag)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "fcntl", Path: path, Err: err}
-	}
-	return os.NewFile(uintptr(fd), path), nil
-}
-
 // openFd is open for a file that is read with system calls and closed with
 // unix.Close: it returns the descriptor, left non-blocking (which does not
 // change reads of a regular file), and the file's status. When the process
