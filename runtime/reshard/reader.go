@@ -340,12 +340,9 @@ func (r *Reader) lookup(ctx context.Context, keys []string) (found, error) {
 	var f found
 	for at := 0; at < len(keys); at += queryBatch {
 		batch := keys[at:min(at+queryBatch, len(keys))]
-		objs, err := r.st.Query(ctx, batch)
-		if err == nil && len(objs) != len(batch) {
-			err = fmt.Errorf("store returned %d objects for %d keys", len(objs), len(batch))
-		}
+		objs, err := query(ctx, r.st, batch)
 		if err != nil {
-			return f, fmt.Errorf("query: %w", err)
+			return f, err
 		}
 		if f.tpls == nil {
 			f.tpls = make([]*plan.Plan, 0, min(len(keys), 4*queryBatch))
@@ -378,6 +375,18 @@ func (r *Reader) lookup(ctx context.Context, keys []string) (found, error) {
 		}
 	}
 	return f, nil
+}
+
+// query asks st about keys, and fails unless it answers one object a key.
+func query(ctx context.Context, st store.Store, keys []string) ([]store.Object, error) {
+	objs, err := st.Query(ctx, keys)
+	if err == nil && len(objs) != len(keys) {
+		err = fmt.Errorf("store returned %d objects for %d keys", len(objs), len(keys))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	return objs, nil
 }
 
 // checkPlan is the whole-part plan of a template (CheckParts).

@@ -142,13 +142,10 @@ func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions 
 		w.status[Replica].Add(int64(len(keys)))
 		return res, nil
 	}
-	objs, err := w.st.Query(ctx, keys)
-	if err == nil && len(objs) != len(keys) {
-		err = fmt.Errorf("store returned %d objects for %d keys", len(objs), len(keys))
-	}
+	objs, err := query(ctx, w.st, keys)
 	if err != nil {
 		w.status[Failed].Add(int64(len(keys)))
-		return nil, fmt.Errorf("query: %w", err)
+		return nil, err
 	}
 	defer func() {
 		for _, r := range res {
