@@ -97,27 +97,22 @@ type poolArgs struct {
 // binding has one per component at most.
 const maxRegions = 8
 
-// poolLayouts lists the pool layouts linked in.
-func poolLayouts() []string {
+// layoutsOf lists the layouts of kind k linked in.
+func layoutsOf(k ir.Kind) []string {
 	var out []string
 	for _, n := range layouts.Names() {
-		if l, err := layouts.Get(n); err == nil && l.Kind == ir.Pool {
+		if l, err := layouts.Get(n); err == nil && l.Kind == k {
 			out = append(out, n)
 		}
 	}
 	return out
 }
 
+// poolLayouts lists the pool layouts linked in.
+func poolLayouts() []string { return layoutsOf(ir.Pool) }
+
 // partLayouts lists the part layouts linked in.
-func partLayouts() []string {
-	var out []string
-	for _, n := range layouts.Names() {
-		if l, err := layouts.Get(n); err == nil && l.Kind == ir.Part {
-			out = append(out, n)
-		}
-	}
-	return out
-}
+func partLayouts() []string { return layoutsOf(ir.Part) }
 
 // poolLayout returns the pool layout called name.
 func poolLayout(name string) (*ir.Layout, error) {
