@@ -134,3 +134,15 @@ func TestCPDecodeErrors(t *testing.T) {
 	_, err = New(testDomain, cpDesc(), Layout{Name: "tsplit", Order: "C T/4 L H T%4 D"}, parts[:4:4])
 	require.Error(t, err)
 }
+
+func TestTokenSetSame(t *testing.T) {
+	all := TokenSet{}
+	require.True(t, all.Same(TokenSet{CPSize: 1, Interleave: 1}))
+	require.True(t, all.Same(TokenSet{CPSize: 1, Interleave: 4}))
+	r1 := TokenSet{CPSize: 2, CPRank: 1, Interleave: 4}
+	require.True(t, r1.Same(r1))
+	require.False(t, r1.Same(TokenSet{CPSize: 2, CPRank: 0, Interleave: 4}))
+	require.False(t, r1.Same(TokenSet{CPSize: 2, CPRank: 1, Interleave: 2}))
+	require.False(t, r1.Same(all))
+	require.False(t, TokenSet{CPSize: 2}.Same(all))
+}

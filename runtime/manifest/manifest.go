@@ -96,6 +96,13 @@ func (s TokenSet) Norm() TokenSet {
 // All reports whether s holds every token of a page.
 func (s TokenSet) All() bool { return s.CPSize <= 1 }
 
+// Same reports whether s and o hold the same tokens of a page, in the same
+// order: equal once normalized (Norm), or both every token.
+func (s TokenSet) Same(o TokenSet) bool {
+	s, o = s.Norm(), o.Norm()
+	return s == o || s.All() && o.All()
+}
+
 // Tokens returns how many tokens of a page of pageSize tokens s holds. s
 // must be valid for the page (see Check).
 func (s TokenSet) Tokens(pageSize int) int { return pageSize / max(s.CPSize, 1) }

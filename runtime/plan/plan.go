@@ -262,7 +262,7 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 		}
 		pt, pk := part.TokenSet.Norm(), k
 		prob.Src = kernel.Side{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true, Tokens: pt.Tokens(d.PageSize)}
-		if pt == bt || pt.All() && bt.All() {
+		if pt.Same(bt) {
 			// Both sides hold the same tokens, in the same order: the
 			// problem of a page of that many tokens, for any kernel.
 			prob.PageSize, prob.Tokens = prob.Src.Tokens, nil

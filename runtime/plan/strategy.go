@@ -351,7 +351,7 @@ func (p *Planner) partCopy(m *manifest.Manifest, k *kernel.Kernels, i int) *part
 	// whose token set differs from the binding's (context parallelism)
 	// copy op by op, so their bytes are left 0 and never match a read.
 	pt, bt := part.TokenSet.Norm(), b.Tokens.Norm()
-	same := pt == bt || pt.All() && bt.All()
+	same := pt.Same(bt)
 	tokens := pt.Tokens(d.PageSize)
 	cp := &partCopy{k: k, prob: kernel.Problem{
 		ItemSize: d.ItemSize,

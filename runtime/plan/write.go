@@ -43,7 +43,7 @@ func NewWritePlan(m *manifest.Manifest, i int, b Binding, requireCompiled bool) 
 		return nil, fmt.Errorf("the writer holds layers %v heads [%d,%d), not part %d's layers %v heads [%d,%d)",
 			b.Layers, b.HeadStart, b.HeadStart+b.Heads, i, part.Layers, part.HeadStart, part.HeadStart+part.HeadCount)
 	}
-	if bt, pt := b.Tokens.Norm(), part.TokenSet; bt != pt && !(bt.All() && pt.All()) {
+	if bt, pt := b.Tokens.Norm(), part.TokenSet; !bt.Same(pt) {
 		return nil, fmt.Errorf("the writer holds the tokens of cp rank %d of %d (interleave %d), not part %d's: cp rank %d of %d (interleave %d)",
 			bt.CPRank, bt.CPSize, bt.Interleave, i, pt.CPRank, pt.CPSize, pt.Interleave)
 	}
