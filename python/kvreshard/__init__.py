@@ -514,8 +514,8 @@ class Reader(_Handle):
     def __init__(self, store, model, placement, pool, copy_workers=None, max_pages=None, max_bytes=None):
         self._h = 0
         _check_types(store, model, placement, pool)
-        opts = (_opt32("copy_workers", copy_workers), _opt64("max_pages", max_pages),
-                _opt64("max_bytes", max_bytes))
+        opts = (_opt("copy_workers", copy_workers, 32), _opt("max_pages", max_pages, 64),
+                _opt("max_bytes", max_bytes, 64))
         self.store, self.model, self.placement, self.pool = store, model, placement, pool
         h = ctypes.c_uint64()
         err = _lib.errbuf()
@@ -574,14 +574,6 @@ def _opt(what, v, bits):
     if not -(1 << bits - 1) <= v < 1 << bits - 1:
         raise InvalidArgument("kvreshard: %s=%d is out of range" % (what, v), _lib.EINVAL)
     return v
-
-
-def _opt32(what, v):
-    return _opt(what, v, 32)
-
-
-def _opt64(what, v):
-    return _opt(what, v, 64)
 
 
 def _check_types(store, model, placement, pool):
