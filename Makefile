@@ -5,11 +5,11 @@ FUZZTIME ?= 30s
 # that a run ends when FUZZTIME says.
 FUZZFLAGS = -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
-.PHONY: test generate check-generated fuzz bench gobench vet fmt python
+.PHONY: test generate check-generated fuzz bench gobench vet fmt python venv
 
 # The kernels again without their assembly (the purego tag), as on other
 # architectures.
-test: vet
+test: vet venv
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -tags purego ./runtime/kernel/... ./layouts ./examples/customlayout
 
@@ -18,10 +18,25 @@ vet:
 	$(GO) vet ./...
 
 # python builds the C library into the Python package, so that
-# PYTHONPATH=python /usr/bin/python3 -c 'import kvreshard' works from the
+# PYTHONPATH=python .venv/bin/python -c 'import kvreshard' works from the
 # repository (pip install --no-build-isolation ./python does the same).
 python:
 	$(GO) build -buildmode=c-shared -o python/kvreshard/libkvreshard.so ./cmd/libkvreshard
+
+# venv makes .venv: the pinned Python dependencies of the tests, Mooncake's
+# wheel, and the package itself (built from this tree, its library
+# included), again whenever any of them changed. The Python tests run in it.
+PYTHON ?= python3
+VENV = .venv
+venv: $(VENV)/.installed
+$(VENV)/.installed: python/requirements.txt python/requirements-nodeps.txt python/pyproject.toml python/setup.py \
+		$(shell git ls-files 'python/kvreshard/*' '*.go' '*.h' '*.c' go.mod go.sum)
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r python/requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r python/requirements-nodeps.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./python
+	rm -rf python/build python/*.egg-info
+	touch $@
 
 generate:
 	$(GO) generate ./...

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 // order, each with a value and a baseline. With redis-server installed the
 // Redis figures are measured too; without it they are skipped with the
 // reason, unless KVRESHARD_REQUIRE_REDIS=1 makes that a failure. So are
-// the Python figures without /usr/bin/python3 and numpy, unless
+// the Python figures without the .venv of make venv, unless
 // KVRESHARD_REQUIRE_PYTHON=1.
 func TestBenchQuick(t *testing.T) {
 	if testing.Short() {
@@ -49,7 +50,7 @@ func TestBenchQuick(t *testing.T) {
 	require.NoError(t, json.Unmarshal(p.stdout.Bytes(), &out))
 	var names []string
 	_, lookErr := exec.LookPath("redis-server")
-	numpyErr := exec.Command(python, "-c", "import numpy").Run()
+	numpyErr := exec.Command(filepath.Join("..", venvPython), "-c", "import numpy").Run()
 	for _, f := range out.Figures {
 		names = append(names, f.Name)
 		require.NotEmpty(t, f.Unit, f.Name)

@@ -10,31 +10,32 @@ import (
 	"time"
 )
 
-// python is the interpreter whose Debian packages (python3-pytest,
-// python3-numpy) the Python tests need; the python3 on PATH may be
-// another build that cannot import them.
-const python = "/usr/bin/python3"
+// venvPython is the interpreter of the Python tests, relative to the
+// repository's root: that of the virtual environment make venv makes
+// (make test makes it first), with pytest, numpy and Mooncake's wheel.
+const venvPython = ".venv/bin/python"
 
 // TestPython runs the Python package's tests (python/tests) with pytest:
 // pages resharded between TP1/PP3 and TP2/PP2 in every pool and part
 // layout, writers and readers in separate Python processes, the SGLang
-// HiCache backend on fake host pools, threads, fork, and a pip build of
-// the package. pytest builds libkvreshard once into a temporary
-// directory. Without pytest or numpy it skips, unless
+// HiCache backend on host pools of SGLang's shapes, threads, fork, and a
+// pip build of the package. pytest builds libkvreshard once into a
+// temporary directory. Without the virtual environment it skips, unless
 // KVRESHARD_REQUIRE_PYTHON=1 (CI), where it fails.
 func TestPython(t *testing.T) {
 	t.Parallel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	python := filepath.Join(root, venvPython)
 	if out, err := exec.Command(python, "-c", "import pytest, numpy").CombinedOutput(); err != nil {
-		msg := "the Python tests need " + python + " with pytest and numpy (apt-get install python3-pytest python3-numpy): " +
+		msg := "the Python tests need " + python + " with pytest and numpy (make venv): " +
 			strings.TrimSpace(err.Error()+"\n"+string(out))
 		if os.Getenv("KVRESHARD_REQUIRE_PYTHON") == "1" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
-	}
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

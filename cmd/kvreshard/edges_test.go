@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -348,9 +349,9 @@ func TestReadSummary(t *testing.T) {
 }
 
 // read --check-parts sets ReaderOptions.CheckParts: pages of a sound
-// store read and verify with it; on a part with a flipped byte, a direct
-// read (which fetches runs, not whole parts) only --verify notices, and
-// --check-parts stops at the part's checksum, exit 1.
+// store read and verify with it; on a part with a flipped byte, an
+// unchecked read only --verify notices, and --check-parts stops at the
+// checksum of the byte's block, exit 1.
 func TestReadCheckParts(t *testing.T) {
 	dir := t.TempDir()
 	const model = "layers=2,kv-heads=2,head-dim=4,dtype=fp32,page=2"
@@ -391,10 +392,10 @@ func TestReadCheckParts(t *testing.T) {
 	require.Regexp(t, `^read 2 of 2 pages: 256 bytes in 4 ops, \S+ \([\d.]+ GB/s\)\n$`, stdout)
 	require.True(t, strings.HasPrefix(stderr, "kvreshard read: page 0 ("+key+"): component 0 layer 0 head 1 token 0 element 0 (region k offset 0): got "), stderr)
 
-	stop := "page " + key + ": part 1: part checksum mismatch"
+	stop := "page " + key + ": part 1: block 0 (bytes 0-128): part checksum mismatch"
 	code, stdout, stderr = read("--strategy", "direct", "--check-parts")
 	require.Equal(t, 1, code)
-	require.Regexp(t, `^read 0 of 2 pages: 0 bytes in 0 ops, \S+ \([\d.]+ GB/s\)\nstopped: `+stop+`\n$`, stdout)
+	require.Regexp(t, `^read 0 of 2 pages: 0 bytes in 0 ops, \S+ \([\d.]+ GB/s\)\nstopped: `+regexp.QuoteMeta(stop)+`\n$`, stdout)
 	require.Equal(t, "kvreshard read: read 0 of 2 pages: "+stop+"\n", stderr)
 }
 

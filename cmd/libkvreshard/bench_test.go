@@ -122,7 +122,7 @@ func BenchmarkRead70B(b *testing.B) {
 		rh, err := lookup[*readerHandle](rv, "reader")
 		require.NoError(b, err)
 		defer rh.close(rv, "reader")
-		require.NoError(b, rh.setOptions(rv, c.workers, 0, 0))
+		require.NoError(b, rh.setOptions(rv, readerOptions{copyWorkers: c.workers, maxPages: 0, maxBytes: 0}))
 		res, err := rh.read(keys, slots)
 		require.NoError(b, err)
 		require.Equal(b, pages, res.Hit, "%v", res.Stop)

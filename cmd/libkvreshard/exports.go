@@ -327,13 +327,52 @@ func kvrgoReaderRead(h C.uint64_t, keys *C.char, offsets, slots *C.int64_t, n C.
 }
 
 //export kvrgoReaderSetOptions
-func kvrgoReaderSetOptions(h C.uint64_t, copyWorkers C.int32_t, maxPages, maxBytes C.int64_t, err *C.char, errlen C.size_t) (rc C.int) {
+func kvrgoReaderSetOptions(h C.uint64_t, opts *C.kvr_reader_options, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
 	rh, e := lookup[*readerHandle](uint64(h), "reader")
+	var o readerOptions
 	if e == nil {
-		e = rh.setOptions(uint64(h), int64(copyWorkers), int64(maxPages), int64(maxBytes))
+		o, e = goReaderOptions(opts)
+	}
+	if e == nil {
+		e = rh.setOptions(uint64(h), o)
 	}
 	return finish(e, "", err, errlen)
+}
+
+// goReaderOptions reads the options of a kvr_reader_options of the
+// caller's size (growing).
+func goReaderOptions(o *C.kvr_reader_options) (readerOptions, error) {
+	if o == nil {
+		return readerOptions{}, invalidf("options is NULL")
+	}
+	if err := checkSize(unsafe.Pointer(o), uintptr(o.size), unsafe.Sizeof(*o), "kvr_reader_options"); err != nil {
+		return readerOptions{}, err
+	}
+	return readerOptions{copyWorkers: int64(o.copy_workers), maxPages: int64(o.max_pages), maxBytes: int64(o.max_bytes),
+		checkParts: o.check_parts != 0}, nil
+}
+
+// maxStructSize bounds the size a caller may give a growing struct.
+const maxStructSize = 4096
+
+// checkSize checks the size field of a growing struct at p, which this
+// library knows as known bytes: at least known, and any bytes past known
+// 0 (a field of a newer header this library does not have). The caller
+// then reads the fields of the first known bytes.
+func checkSize(p unsafe.Pointer, size, known uintptr, name string) error {
+	switch {
+	case size < known:
+		return invalidf("%s.size is %d; this library's %s has %d bytes: set size to sizeof(%s)", name, size, name, known, name)
+	case size > maxStructSize:
+		return invalidf("%s.size is %d, more than %d", name, size, maxStructSize)
+	}
+	for i, b := range unsafe.Slice((*byte)(p), size)[known:] {
+		if b != 0 {
+			return invalidf("%s byte %d is %d: a field this library (kvr_version %d) does not know is set", name, known+uintptr(i), b, abiVersion)
+		}
+	}
+	return nil
 }
 
 //export kvrgoReaderStats
@@ -350,7 +389,7 @@ func kvrgoReaderStats(h C.uint64_t, out *C.kvr_reader_stats) (rc C.int) {
 	*out = C.kvr_reader_stats{
 		requests: C.int64_t(s.Requests), pages: C.int64_t(s.Pages), hits: C.int64_t(s.Hits), misses: C.int64_t(s.Misses),
 		bytes: C.int64_t(s.Bytes), ops: C.int64_t(s.Ops), manifests_rejected: C.int64_t(s.ManifestsRejected),
-		fallbacks: C.int64_t(s.Fallbacks),
+		fallbacks: C.int64_t(s.Fallbacks), parts_checked: C.int64_t(s.PartsChecked), checksum_errors: C.int64_t(s.ChecksumErrors),
 	}
 	return kvrOK
 }

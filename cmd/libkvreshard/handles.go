@@ -382,7 +382,7 @@ func openReader(sh uint64, ma modelArgs, pa placementArgs, a *poolArgs) (uint64,
 	tr := plan.StoreTransport(s.url)
 	rh := &readerHandle{domain: rs.model.Domain(), st: s.st, desc: &rs.model.Descriptor, bind: rs.b,
 		popts: plan.Options{Strategy: plan.Auto, Transport: &tr}}
-	if rh.r, rh.opts, err = rh.newReader(0, 0, 0); err != nil {
+	if rh.r, rh.opts, err = rh.newReader(readerOptions{}); err != nil {
 		return 0, err
 	}
 	if err := rh.attach(s, sh, rh.r.Geometry(), a); err != nil {
@@ -394,22 +394,29 @@ func openReader(sh uint64, ma modelArgs, pa placementArgs, a *poolArgs) (uint64,
 // maxCopyWorkers bounds kvr_reader_set_options' copy_workers.
 const maxCopyWorkers = 1024
 
-// newReader returns a reader of rh's model and pool with these options
-// (0: GOMAXPROCS copy workers; no page or byte budget), and the options,
-// copy workers resolved.
-func (rh *readerHandle) newReader(copyWorkers, maxPages, maxBytes int64) (*reshard.Reader, reshard.ReaderOptions, error) {
+// readerOptions are those of a kvr_reader_options.
+type readerOptions struct {
+	copyWorkers, maxPages, maxBytes int64
+	checkParts                      bool
+}
+
+// newReader returns a reader of rh's model and pool with options o (0:
+// GOMAXPROCS copy workers; no page or byte budget), and its options, copy
+// workers resolved.
+func (rh *readerHandle) newReader(o readerOptions) (*reshard.Reader, reshard.ReaderOptions, error) {
 	switch {
-	case copyWorkers < 0 || copyWorkers > maxCopyWorkers:
-		return nil, reshard.ReaderOptions{}, invalidf("copy_workers is %d; want 0 (GOMAXPROCS) to %d", copyWorkers, maxCopyWorkers)
-	case maxPages < 0:
-		return nil, reshard.ReaderOptions{}, invalidf("max_pages is %d; want 0 (no limit) or more", maxPages)
-	case maxBytes < 0:
-		return nil, reshard.ReaderOptions{}, invalidf("max_bytes is %d; want 0 (no limit) or more", maxBytes)
+	case o.copyWorkers < 0 || o.copyWorkers > maxCopyWorkers:
+		return nil, reshard.ReaderOptions{}, invalidf("copy_workers is %d; want 0 (GOMAXPROCS) to %d", o.copyWorkers, maxCopyWorkers)
+	case o.maxPages < 0:
+		return nil, reshard.ReaderOptions{}, invalidf("max_pages is %d; want 0 (no limit) or more", o.maxPages)
+	case o.maxBytes < 0:
+		return nil, reshard.ReaderOptions{}, invalidf("max_bytes is %d; want 0 (no limit) or more", o.maxBytes)
 	}
-	if copyWorkers == 0 {
-		copyWorkers = int64(runtime.GOMAXPROCS(0))
+	if o.copyWorkers == 0 {
+		o.copyWorkers = int64(runtime.GOMAXPROCS(0))
 	}
-	opts := reshard.ReaderOptions{Plan: rh.popts, CopyWorkers: int(copyWorkers), MaxPages: int(maxPages), MaxBytes: int(maxBytes)}
+	opts := reshard.ReaderOptions{Plan: rh.popts, CopyWorkers: int(o.copyWorkers), MaxPages: int(o.maxPages), MaxBytes: int(o.maxBytes),
+		CheckParts: o.checkParts}
 	rd, err := reshard.NewReader(rh.st, rh.domain, rh.desc, rh.bind, opts)
 	if err != nil {
 		return nil, opts, invalidf("reader: %v", err)
@@ -420,8 +427,8 @@ func (rh *readerHandle) newReader(copyWorkers, maxPages, maxBytes int64) (*resha
 // setOptions replaces the reader by one with these options (newReader's),
 // once the calls in progress return. Its counters go on; its caches of
 // manifests and plans start empty.
-func (rh *readerHandle) setOptions(h uint64, copyWorkers, maxPages, maxBytes int64) error {
-	rd, opts, err := rh.newReader(copyWorkers, maxPages, maxBytes)
+func (rh *readerHandle) setOptions(h uint64, o readerOptions) error {
+	rd, opts, err := rh.newReader(o)
 	if err != nil {
 		return err
 	}

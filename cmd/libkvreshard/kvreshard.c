@@ -136,12 +136,11 @@ int kvr_reader_read(uint64_t reader, const char *keys, const int64_t *offsets, c
     return kvrgoReaderRead(reader, (char *)keys, (int64_t *)offsets, (int64_t *)slots, n, res, err, errlen);
 }
 
-int kvr_reader_set_options(uint64_t reader, int32_t copy_workers, int64_t max_pages, int64_t max_bytes, char *err,
-                           size_t errlen) {
+int kvr_reader_set_options(uint64_t reader, const kvr_reader_options *opts, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoReaderSetOptions(reader, copy_workers, max_pages, max_bytes, err, errlen);
+    return kvrgoReaderSetOptions(reader, (kvr_reader_options *)opts, err, errlen);
 }
 
 int kvr_reader_stats_get(uint64_t reader, kvr_reader_stats *out) {

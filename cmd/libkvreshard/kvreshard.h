@@ -237,25 +237,43 @@ typedef struct {
 int kvr_reader_read(uint64_t reader, const char *keys, const int64_t *offsets, const int64_t *slots,
                     int64_t n, kvr_read_result *res, char *err, size_t errlen);
 
-/* kvr_reader_set_options sets how the reader's reads run, from its next
- * call on (it waits for the calls in progress). Added after the first
- * release of ABI version 1: a library without it has no such symbol.
+/* How a reader's reads run (kvr_reader_set_options). Zero-initialize it
+ * and set size to sizeof(kvr_reader_options): every field's 0 is its
+ * default, and a struct of a later header may grow (see size).
  *
+ *   size: sizeof(kvr_reader_options) as the caller compiled it. A library
+ *     reads the fields it knows within size; a size smaller than its first
+ *     version, or bytes past the fields it knows that are not 0 (an option
+ *     of a newer library), is KVR_EINVAL naming the byte.
  *   copy_workers: the threads that copy a read's staged bytes into the
- *     pool, the calling one included; 0 (the default at open) = the
- *     GOMAXPROCS cap at this call (kvr_set_max_procs), 1 = the calling
- *     thread alone; at most 1024. With more than one, a read of 1 MiB or
- *     more of this rank's bytes runs on a thread of the library while the
- *     calling thread waits (smaller reads cannot use a second worker).
+ *     pool, the calling one included; 0 = the GOMAXPROCS cap at this call
+ *     (kvr_set_max_procs), 1 = the calling thread alone; at most 1024.
+ *     With more than one, a read of 1 MiB or more of this rank's bytes runs
+ *     on a thread of the library while the calling thread waits (smaller
+ *     reads cannot use a second worker).
  *   max_pages, max_bytes: the prefetch budget of one read, in pages and in
  *     bytes of this rank's pool: pages past it are not read and the read
- *     stops with KVR_STOP_BUDGET; 0 (the default) = no limit.
- *
- * A negative value, or copy_workers over 1024, is KVR_EINVAL naming it;
- * nothing changes then. The reader's counters go on; its caches of
- * manifests and plans start empty. */
-int kvr_reader_set_options(uint64_t reader, int32_t copy_workers, int64_t max_pages, int64_t max_bytes, char *err,
-                           size_t errlen);
+ *     stops with KVR_STOP_BUDGET; 0 = no limit.
+ *   check_parts: 1 checks every byte a read copies into the pool against
+ *     the checksums its part was stored with (they bind the page's key,
+ *     the manifest and the part number): a part that fails, or was copied
+ *     from another page, stops the read at its page with KVR_STOP_FAILED
+ *     and the reason in err, and none of its page is a hit. Reads are then
+ *     staged, and read the checksum blocks (1 KiB) around the bytes needed
+ *     and each part's checksums. 0 checks nothing. */
+typedef struct {
+    uint32_t size;
+    int32_t copy_workers;
+    int64_t max_pages, max_bytes;
+    int32_t check_parts;
+} kvr_reader_options;
+
+/* kvr_reader_set_options sets the reader's options, from its next call on
+ * (it waits for the calls in progress); a reader opens with every option
+ * 0. A value out of range is KVR_EINVAL naming it; nothing changes then.
+ * The reader's counters go on; its caches of manifests and plans start
+ * empty. */
+int kvr_reader_set_options(uint64_t reader, const kvr_reader_options *opts, char *err, size_t errlen);
 
 /* A reader's counters since its open. */
 typedef struct {
@@ -267,6 +285,8 @@ typedef struct {
     int64_t ops;                /* range reads issued */
     int64_t manifests_rejected; /* manifests missing, corrupt or of another model */
     int64_t fallbacks;          /* layouts planned on the interpreter (no generated kernel) */
+    int64_t parts_checked;      /* parts of pages checked against their checksums (check_parts) */
+    int64_t checksum_errors;    /* pages whose parts did not match their checksums */
 } kvr_reader_stats;
 
 /* A writer's counters since its open. */

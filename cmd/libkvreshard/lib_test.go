@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/partsum"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
@@ -295,9 +296,9 @@ func TestStopCode(t *testing.T) {
 		{fmt.Errorf("%w: 2 pages", reshard.ErrBudget), kvrStopBudget},
 		{context.Canceled, kvrStopCanceled},
 		{fmt.Errorf("page k: %w", context.DeadlineExceeded), kvrStopCanceled},
-		// A manifest not found wraps ErrNotFound too: it is a rejected manifest.
-		{fmt.Errorf("page k: %w: m: %w", reshard.ErrManifest, store.ErrNotFound), kvrStopManifest},
-		{fmt.Errorf("page k: %w", store.ErrChecksum), kvrStopFailed},
+		// A manifest rejected for a store error wraps it.
+		{fmt.Errorf("page k: %w: m: %w", reshard.ErrManifest, errors.New("connection refused")), kvrStopManifest},
+		{fmt.Errorf("page k: %w", partsum.ErrMismatch), kvrStopFailed},
 		{errors.New("connection refused"), kvrStopFailed},
 	} {
 		require.Equal(t, c.want, stopCode(c.err), "%v", c.err)
@@ -586,10 +587,11 @@ func TestRejectedAndFailed(t *testing.T) {
 	sh := uint64(cgo.NewHandle(&storeHandle{url: "mem://", st: fs}))
 	defer closeStore(sh)
 
-	// Page 1 is complete, under a manifest nobody published.
+	// Page 1 is complete, under a manifest that is not one.
 	mk := "kv/" + model.Domain() + "/manifests/" + strings.Repeat("0", 64)
 	errs := mem.WriteParts(context.Background(), []store.PartWrite{{Key: keys[1], Part: 0, Parts: 1, Manifest: mk, Data: [][]byte{{1}}}})
 	require.NoError(t, errs[0])
+	require.NoError(t, mem.PutMeta(context.Background(), mk, []byte("garbage")))
 	pa := placementArgs{tp: 1, pp: 1}
 	wa, _ := testPool(t, "page_first", &model.Descriptor, pa, 1)
 	wh := testWriter(t, sh, testModel, pa, wa, "")

@@ -90,7 +90,7 @@ func TestSetOptions(t *testing.T) {
 		{1, -1, 0, "max_pages is -1; want 0 (no limit) or more"},
 		{1, 0, -5, "max_bytes is -5; want 0 (no limit) or more"},
 	} {
-		err := rh.setOptions(rv, c.cw, c.pages, c.bytes)
+		err := rh.setOptions(rv, readerOptions{copyWorkers: c.cw, maxPages: c.pages, maxBytes: c.bytes})
 		require.EqualError(t, err, c.msg)
 		require.Equal(t, kvrEInval, codeOf(err))
 	}
@@ -103,7 +103,7 @@ func TestSetOptions(t *testing.T) {
 	pageBytes := rh.r.Geometry().PageBytes
 
 	clear(regs[0])
-	require.NoError(t, rh.setOptions(rv, 1, 2, 0))
+	require.NoError(t, rh.setOptions(rv, readerOptions{copyWorkers: 1, maxPages: 2, maxBytes: 0}))
 	require.Equal(t, reshard.ReaderOptions{Plan: rh.popts, CopyWorkers: 1, MaxPages: 2}, rh.opts)
 	res, err = rh.read(keys, reverse)
 	require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestSetOptions(t *testing.T) {
 	verifyRead(t, rh, regs, keys, 2)
 
 	// A budget of bytes: 3 pages and one byte is 3 pages.
-	require.NoError(t, rh.setOptions(rv, 3, 0, int64(3*pageBytes+1)))
+	require.NoError(t, rh.setOptions(rv, readerOptions{copyWorkers: 3, maxPages: 0, maxBytes: int64(3*pageBytes + 1)}))
 	require.Equal(t, 3, rh.opts.CopyWorkers)
 	res, err = rh.read(keys, reverse)
 	require.NoError(t, err)
@@ -123,22 +123,29 @@ func TestSetOptions(t *testing.T) {
 	require.EqualError(t, res.Stop, fmt.Sprintf("prefetch budget reached: %d bytes", 3*pageBytes+1))
 
 	// Back to the defaults: no budget.
-	require.NoError(t, rh.setOptions(rv, 0, 0, 0))
+	require.NoError(t, rh.setOptions(rv, readerOptions{copyWorkers: 0, maxPages: 0, maxBytes: 0}))
 	require.Equal(t, runtime.GOMAXPROCS(0), rh.opts.CopyWorkers)
 	res, err = rh.read(keys, reverse)
 	require.NoError(t, err)
 	require.Equal(t, optionPages, res.Hit)
 	verifyRead(t, rh, regs, keys, optionPages)
 
-	// The counters of the four reads, across four readers: one op a page
-	// (the memory store lends whole parts), and each lent part checked
-	// once a reader.
-	hits := int64(5 + 2 + 3 + 5)
-	require.Equal(t, reshard.Stats{Requests: 4, Pages: 4 * optionPages, Hits: hits, Misses: 3 + 2,
-		Bytes: hits * int64(pageBytes), Ops: hits, PartsChecked: hits}, rh.stats())
+	// Checked: each lent part checked once a reader.
+	require.NoError(t, rh.setOptions(rv, readerOptions{checkParts: true}))
+	res, err = rh.read(keys, reverse)
+	require.NoError(t, err)
+	require.Equal(t, optionPages, res.Hit)
+	verifyRead(t, rh, regs, keys, optionPages)
+
+	// The counters of the five reads, across five readers: one op a page
+	// (the memory store lends whole parts), and one more a checked page
+	// (its part's trailer, lent with the part).
+	hits := int64(5 + 2 + 3 + 5 + 5)
+	require.Equal(t, reshard.Stats{Requests: 5, Pages: 5 * optionPages, Hits: hits, Misses: 3 + 2,
+		Bytes: hits * int64(pageBytes), Ops: hits + 5, PartsChecked: 5}, rh.stats())
 
 	require.NoError(t, rh.close(rv, "reader"))
-	err = rh.setOptions(rv, 1, 0, 0)
+	err = rh.setOptions(rv, readerOptions{copyWorkers: 1, maxPages: 0, maxBytes: 0})
 	require.EqualError(t, err, fmt.Sprintf("reader handle %d is closed", rv))
 	require.Equal(t, kvrEClosed, codeOf(err))
 }
@@ -163,7 +170,7 @@ func TestReadOffload(t *testing.T) {
 		{2, 0, false}, {2, 1, false}, {2, 3, false}, {2, 4, true}, {2, optionPages, true}, {8, 4, true},
 		{1, 0, false}, {1, 4, false}, {1, optionPages, false},
 	} {
-		require.NoError(t, rh.setOptions(rv, c.cw, 0, 0))
+		require.NoError(t, rh.setOptions(rv, readerOptions{copyWorkers: c.cw, maxPages: 0, maxBytes: 0}))
 		require.Equal(t, c.want, rh.offload(c.n), "copy workers %d, %d pages", c.cw, c.n)
 		clear(regs[0])
 		clear(regs[1])
@@ -226,7 +233,7 @@ func TestSetOptionsWhileReading(t *testing.T) {
 		})
 	}
 	for i := range sets {
-		require.NoError(t, rh.setOptions(rv, int64(1+i%3), int64(2*(i%2)), 0))
+		require.NoError(t, rh.setOptions(rv, readerOptions{copyWorkers: int64(1 + i%3), maxPages: int64(2 * (i % 2)), maxBytes: 0}))
 	}
 	wg.Wait()
 	close(errs)

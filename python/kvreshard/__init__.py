@@ -507,15 +507,27 @@ class Reader(_Handle):
     set_max_procs; 1: the calling thread only; at most 1024).
     max_pages, max_bytes: the prefetch budget of one read, in pages and in
     bytes of this rank's pool (None or 0: no limit); a read stops there
-    with Stop.BUDGET."""
+    with Stop.BUDGET.
+    check_parts: check every byte a read copies into the pool against the
+    checksums its part was stored with, which bind it to its page, its
+    manifest and its part number; a page that fails (corrupt, or a part
+    copied from another page) is not a hit: the read stops there with
+    Stop.FAILED and says why. Checked reads are staged and read the 1 KiB
+    checksum blocks around the bytes needed; see the README for what it
+    costs."""
 
     kind = "reader"
 
-    def __init__(self, store, model, placement, pool, copy_workers=None, max_pages=None, max_bytes=None):
+    def __init__(self, store, model, placement, pool, copy_workers=None, max_pages=None, max_bytes=None,
+                 check_parts=False):
         self._h = 0
         _check_types(store, model, placement, pool)
-        opts = (_opt("copy_workers", copy_workers, 32), _opt("max_pages", max_pages, 64),
-                _opt("max_bytes", max_bytes, 64))
+        if not isinstance(check_parts, bool):
+            raise TypeError("kvreshard: check_parts must be a bool, not %s" % type(check_parts).__name__)
+        opts = _lib.CReaderOptions(
+            size=ctypes.sizeof(_lib.CReaderOptions), copy_workers=_opt("copy_workers", copy_workers, 32),
+            max_pages=_opt("max_pages", max_pages, 64), max_bytes=_opt("max_bytes", max_bytes, 64),
+            check_parts=int(check_parts))
         self.store, self.model, self.placement, self.pool = store, model, placement, pool
         h = ctypes.c_uint64()
         err = _lib.errbuf()
@@ -523,8 +535,8 @@ class Reader(_Handle):
             store._handle(), ctypes.byref(model._c), ctypes.byref(placement._c),
             ctypes.byref(pool._c), ctypes.byref(h), err, _lib.ERRLEN), err)
         self._h = h.value
-        if any(opts):
-            code = _lib.lib().kvr_reader_set_options(self._h, opts[0], opts[1], opts[2], err, _lib.ERRLEN)
+        if opts.copy_workers or opts.max_pages or opts.max_bytes or opts.check_parts:
+            code = _lib.lib().kvr_reader_set_options(self._h, ctypes.byref(opts), err, _lib.ERRLEN)
             if code != _lib.OK:
                 e = _lib.error(code, err.value.decode("utf-8", "replace"))
                 self.close()

@@ -120,8 +120,18 @@ class CReadResult(ctypes.Structure):
     ]
 
 
+class CReaderOptions(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("copy_workers", ctypes.c_int32),
+        ("max_pages", ctypes.c_int64),
+        ("max_bytes", ctypes.c_int64),
+        ("check_parts", ctypes.c_int32),
+    ]
+
+
 READER_STATS = ("requests", "pages", "hits", "misses", "bytes", "ops",
-                "manifests_rejected", "fallbacks")
+                "manifests_rejected", "fallbacks", "parts_checked", "checksum_errors")
 WRITER_STATS = ("requests", "pages", "written", "complete", "refused",
                 "replica", "failed", "bytes")
 
@@ -156,7 +166,7 @@ _SIGNATURES = {
                          ctypes.POINTER(CPool), ctypes.POINTER(_u64), _p, _n], _int),
     "kvr_reader_exists": ([_u64, _s, _p, _i64, ctypes.POINTER(_i64), _p, _n], _int),
     "kvr_reader_read": ([_u64, _s, _p, _p, _i64, ctypes.POINTER(CReadResult), _p, _n], _int),
-    "kvr_reader_set_options": ([_u64, ctypes.c_int32, _i64, _i64, _p, _n], _int),
+    "kvr_reader_set_options": ([_u64, ctypes.POINTER(CReaderOptions), _p, _n], _int),
     "kvr_reader_stats_get": ([_u64, ctypes.POINTER(CReaderStats)], _int),
     "kvr_writer_stats_get": ([_u64, ctypes.POINTER(CWriterStats)], _int),
     "kvr_reader_close": ([_u64, _p, _n], _int),

@@ -25,9 +25,10 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/store/filestore"
 )
 
-// DefaultPython is the interpreter of the Python figures: Debian's, whose
-// python3-numpy the Python package's pools need.
-const DefaultPython = "/usr/bin/python3"
+// DefaultPython is the interpreter of the Python figures, relative to the
+// repository's root: that of the virtual environment make venv makes,
+// with numpy, which the Python package's pools need.
+const DefaultPython = ".venv/bin/python"
 
 // pythonEnv is what the Python figures need: the go command, the module's
 // root and the interpreter.
@@ -58,7 +59,14 @@ func findPython(ctx context.Context, o *Options) (env pythonEnv, reason string) 
 	if _, err := os.Stat(filepath.Join(root, "python", "kvreshard", "bench.py")); err != nil {
 		return env, fmt.Sprintf("%s is not the kvreshard repository (no python/kvreshard/bench.py): run the bench from it", root)
 	}
-	python, err := exec.LookPath(cmp.Or(o.Python, DefaultPython))
+	python := o.Python
+	if python == "" {
+		python = filepath.Join(root, DefaultPython)
+		if _, err := os.Stat(python); err != nil {
+			return env, fmt.Sprintf("no %s: run make venv", python)
+		}
+	}
+	python, err = exec.LookPath(python)
 	if err != nil {
 		return env, "no Python: " + err.Error()
 	}
@@ -66,7 +74,7 @@ func findPython(ctx context.Context, o *Options) (env pythonEnv, reason string) 
 	cmd := exec.CommandContext(ctx, python, "-c", "import numpy")
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return env, fmt.Sprintf("%s cannot import numpy (Debian: apt-get install python3-numpy): %s", python, lastLine(stderr.String(), err))
+		return env, fmt.Sprintf("%s cannot import numpy (make venv installs it): %s", python, lastLine(stderr.String(), err))
 	}
 	return pythonEnv{goCmd: goCmd, root: root, python: python}, ""
 }

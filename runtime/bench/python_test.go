@@ -150,7 +150,7 @@ func TestPythonSkipped(t *testing.T) {
 	}{
 		{Options{Python: "/nonexistent/python3"}, `no Python: exec: "/nonexistent/python3": stat /nonexistent/python3: no such file or directory`},
 		{Options{Go: "/nonexistent/go"}, `no go command to build libkvreshard: exec: "/nonexistent/go": stat /nonexistent/go: no such file or directory`},
-		{Options{Python: noNumpy}, noNumpy + ` cannot import numpy (Debian: apt-get install python3-numpy): ModuleNotFoundError: No module named 'numpy'`},
+		{Options{Python: noNumpy}, noNumpy + ` cannot import numpy (make venv installs it): ModuleNotFoundError: No module named 'numpy'`},
 	} {
 		if tc.o.Go == "" && !pythonReached {
 			t.Logf("not checked with python %s: %s", tc.o.Python, pre)

@@ -119,7 +119,7 @@ func (c *case70) readerWith(ctx context.Context, st store.Store, keys []string, 
 		if res.Hit != len(keys) {
 			return fmt.Errorf("read %d of %d pages: %v", res.Hit, len(keys), res.Stop)
 		}
-		out.bytes = res.Bytes
+		out.bytes, out.ops = res.Bytes, res.Ops/len(keys)
 		return nil
 	}
 	if err := once(); err != nil {
@@ -134,7 +134,7 @@ func (c *case70) readerWith(ctx context.Context, st store.Store, keys []string, 
 	if err != nil {
 		return out, nil, err
 	}
-	out.ops, out.strategy, out.rd = tpl.OpCount(), tpl.Strategy, rd
+	out.strategy, out.rd = tpl.Strategy, rd
 	return out, once, nil
 }
 
@@ -286,16 +286,16 @@ func (c *case70) file(ctx context.Context, o *Options) ([]Figure, error) {
 func (c *case70) checksumCost(ctx context.Context, st store.Store, keys []string) (Figure, error) {
 	tr := plan.FileTransport()
 	opts := plan.Options{Strategy: plan.Staged, Transport: &tr, MaxGap: c.m.PartBytes(0)}
-	checked, checkedOnce, err := c.readerWith(ctx, st, keys, c.reshard, placement.Rank{}, reshard.ReaderOptions{Plan: opts})
+	checked, checkedOnce, err := c.readerWith(ctx, st, keys, c.reshard, placement.Rank{}, reshard.ReaderOptions{Plan: opts, CheckParts: true})
 	if err != nil {
 		return Figure{}, err
 	}
-	skipped, skippedOnce, err := c.readerWith(ctx, st, keys, c.reshard, placement.Rank{}, reshard.ReaderOptions{Plan: opts, SkipPartChecks: true})
+	skipped, skippedOnce, err := c.readerWith(ctx, st, keys, c.reshard, placement.Rank{}, reshard.ReaderOptions{Plan: opts})
 	if err != nil {
 		return Figure{}, err
 	}
-	if checked.ops != 2 || skipped.ops != 2 {
-		return Figure{}, fmt.Errorf("checksum_cost: staged plans of %d and %d ops a page; want the 2 whole parts", checked.ops, skipped.ops)
+	if checked.ops != 4 || skipped.ops != 2 {
+		return Figure{}, fmt.Errorf("checksum_cost: staged plans of %d and %d ops a page; want the 2 whole parts, and their 2 trailers when checked", checked.ops, skipped.ops)
 	}
 	n := 3 * c.sz.reps
 	var ratio float64

@@ -61,6 +61,15 @@ type Plan struct {
 	// considered or not valid).
 	Estimate  time.Duration
 	Estimates [Auto]time.Duration
+	// Checked marks a checked plan (Planner.Checked): staged, its reads
+	// hold whole checksum blocks, Checks are the blocks each read's runs
+	// take (ReadChecks), and Trailers reads the trailer of each part it
+	// reads, in part order, into memory of the reader's (not staging).
+	// ReadBytes and OpCount count the trailer reads.
+	Checked  bool
+	Checks   []BlockRange
+	Trailers []Read
+	checkAt  []int // Checks[checkAt[i]:checkAt[i+1]] are those of read i
 	// copies has, per part, the kernel copy of a staged read that holds
 	// the whole part.
 	copies []*partCopy
@@ -481,7 +490,10 @@ func (p *Planner) Verify(pl *Plan) error {
 		// The byte limit above was checked against pl.Bytes.
 		return fmt.Errorf("%w: the plan says %d bytes but its ops write %d", ErrCoverage, pl.Bytes, total)
 	}
-	return p.verifyReads(pl, partBytes)
+	if err := p.verifyReads(pl, partBytes); err != nil {
+		return err
+	}
+	return verifyChecked(pl, partBytes)
 }
 
 // setBits sets bits [lo, lo+n) and returns the first that was already set,

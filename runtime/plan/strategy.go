@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/partsum"
 )
 
 // Strategy is how a plan moves a page's bytes from the store into the pool.
@@ -96,7 +97,7 @@ func (pl *Plan) OpCount() int {
 	if pl.Strategy == Direct {
 		return len(pl.Ops)
 	}
-	return len(pl.Reads)
+	return len(pl.Reads) + len(pl.Trailers)
 }
 
 // partCopy is the copy kernel of a part read whole into staging: the
@@ -166,10 +167,10 @@ func (p *Planner) choose(m *manifest.Manifest, k *kernel.Kernels, direct *Plan) 
 	case Scatter:
 		cands = []*Plan{p.scatter(direct, sourceOrder(direct.Ops))}
 	case Staged:
-		cands = []*Plan{p.staged(m, k, direct, sourceOrder(direct.Ops))}
+		cands = []*Plan{p.staged(m, k, direct, sourceOrder(direct.Ops), false)}
 	default:
 		ops := sourceOrder(direct.Ops)
-		cands = []*Plan{direct, p.scatter(direct, ops), p.staged(m, k, direct, ops)}
+		cands = []*Plan{direct, p.scatter(direct, ops), p.staged(m, k, direct, ops, false)}
 	}
 	var best *Plan
 	var firstErr error
@@ -256,23 +257,33 @@ func (p *Planner) scatter(d *Plan, ops []Op) *Plan {
 // MaxGap unneeded bytes and hold at most StageBytes; a part that needs one
 // span and whose unneeded head and tail are such gaps too is read whole
 // and copied by the kernel. Then it packs the reads into staging rounds.
-func (p *Planner) staged(m *manifest.Manifest, k *kernel.Kernels, d *Plan, ops []Op) *Plan {
+// With blocks, a read holds the whole checksum blocks (partsum.Block) of
+// its runs: a checked plan (Planner.Checked).
+func (p *Planner) staged(m *manifest.Manifest, k *kernel.Kernels, d *Plan, ops []Op, blocks bool) *Plan {
 	bound, gap := p.opts.StageBytes, p.opts.MaxGap
-	ops = splitLong(ops, bound-bound%p.geo.Desc.ItemSize)
+	split := bound - bound%p.geo.Desc.ItemSize
+	if blocks {
+		// A run widened to its blocks grows by less than a block at
+		// each end.
+		split = max(split-2*partsum.Block, partsum.Block)
+	}
+	ops = splitLong(ops, split)
 	pl := derived(d, Staged, ops)
 	for a := 0; a < len(ops); {
 		part := int(ops[a].Part)
+		size := m.PartBytes(part)
 		b, need := a, 0
 		for ; b < len(ops) && int(ops[b].Part) == part; b++ {
 			need += ops[b].Len
 		}
 		n := len(pl.Reads)
-		pl.Reads = spans(pl.Reads, ops[a:b], a, bound, gap)
+		ext := span{blocks: blocks, size: size}
+		pl.Reads = spans(pl.Reads, ops[a:b], a, bound, gap, ext)
 		// The unneeded bytes before and after the one span of a part are
 		// gaps too: when they are small, the read takes the whole part,
 		// and the pair's copy kernel, whose source is a whole part, moves
 		// it.
-		size, sp := m.PartBytes(part), pl.Reads[n]
+		sp := pl.Reads[n]
 		if len(pl.Reads) == n+1 && size <= bound && sp.Src <= gap && size-sp.Src-sp.Len <= gap && k.Copy != nil {
 			if cp := p.partCopy(m, k, part); cp.bytes == need {
 				if pl.copies == nil {
@@ -326,19 +337,38 @@ func splitLong(ops []Op, n int) []Op {
 // spans appends the staged reads of the runs of one part, in source order
 // (ops[0] is op first of the plan): a read grows over the next run while
 // the gap before it is at most gap bytes and the read stays within bound.
-func spans(out []Read, ops []Op, first, bound, gap int) []Read {
-	r := Read{Part: ops[0].Part, Src: ops[0].Src, Len: ops[0].Len, First: first, N: 1}
+// A read holds the extent of each of its runs.
+func spans(out []Read, ops []Op, first, bound, gap int, ext span) []Read {
+	lo, hi := ext.of(ops[0])
+	r := Read{Part: ops[0].Part, Src: lo, Len: hi - lo, First: first, N: 1}
 	for i := 1; i < len(ops); i++ {
-		op := ops[i]
-		if op.Src-(r.Src+r.Len) <= gap && op.Src+op.Len-r.Src <= bound {
-			r.Len = op.Src + op.Len - r.Src
+		lo, hi := ext.of(ops[i])
+		if lo-(r.Src+r.Len) <= gap && hi-r.Src <= bound {
+			r.Len = max(r.Len, hi-r.Src)
 			r.N++
 			continue
 		}
 		out = append(out, r)
-		r = Read{Part: op.Part, Src: op.Src, Len: op.Len, First: first + i, N: 1}
+		r = Read{Part: ops[i].Part, Src: lo, Len: hi - lo, First: first + i, N: 1}
 	}
 	return append(out, r)
+}
+
+// span is the bytes of a part a staged read must hold for a run: the
+// run's own, or with blocks the whole checksum blocks (partsum.Block) it
+// touches in a part of size bytes.
+type span struct {
+	blocks bool
+	size   int
+}
+
+func (e span) of(op Op) (lo, hi int) {
+	lo, hi = op.Src, op.Src+op.Len
+	if e.blocks {
+		lo = lo / partsum.Block * partsum.Block
+		hi = min((hi+partsum.Block-1)/partsum.Block*partsum.Block, e.size)
+	}
+	return lo, hi
 }
 
 // partCopy returns the copy kernel and problem of part i: the problem
@@ -495,6 +525,9 @@ func (p *Planner) verifyReads(pl *Plan, partBytes []int) error {
 	}
 	if next != len(pl.Ops) {
 		return fmt.Errorf("%w: the reads feed %d of %d ops", ErrCoverage, next, len(pl.Ops))
+	}
+	for _, t := range pl.Trailers {
+		read += t.Len
 	}
 	if pl.ReadBytes != read {
 		return fmt.Errorf("%w: the plan says its reads move %d bytes but they move %d", ErrCoverage, pl.ReadBytes, read)

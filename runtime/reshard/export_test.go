@@ -45,7 +45,7 @@ func ReadSwapped(r *Reader, ctx context.Context, keys []string, slots []int, reg
 	for i, t := range pages.tpls {
 		pages.tpls[i] = swap(i, t)
 	}
-	x := r.newExec(ctx, pages.tpls, pages.sums, keys, slots, regions)
+	x := r.newExec(ctx, pages.tpls, keys, slots, regions)
 	defer x.release()
 	for i := range pages.tpls {
 		if !x.add(i) {

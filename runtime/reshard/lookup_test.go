@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/partsum"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
@@ -60,26 +61,6 @@ func TestObjectErrStopsAtBadPage(t *testing.T) {
 			})
 		}
 	})
-}
-
-// TestChecksumCount: an object whose checksums are not one a part is a
-// failed page, not a crash.
-func TestChecksumCount(t *testing.T) {
-	st := memstore.New()
-	keys := content.PageKeys("sumcount", small.Domain(), 3)
-	writeAll(t, st, small, tp2pp2, "PLHD", keys)
-	sp := newSpy(st)
-	sp.query = func(ctx context.Context, ks []string) ([]store.Object, error) {
-		objs, err := st.Query(ctx, ks)
-		objs[1].Checksums = objs[1].Checksums[:1]
-		return objs, err
-	}
-	rd, regions := newReader(t, sp, small, tp2pp2, placement.Rank{}, "page_first", 3, reshard.ReaderOptions{CheckParts: true})
-	res, err := rd.Read(context.Background(), keys, iota(3), regions)
-	require.NoError(t, err)
-	require.EqualError(t, res.Stop, fmt.Sprintf("page %s: object has 1 part checksums for 4 parts", keys[1]))
-	require.Equal(t, reshard.StopFailed, reshard.Classify(res.Stop))
-	require.Equal(t, 1, res.Hit)
 }
 
 // TestGarbageClaimOnFile: on the file store, a claim file that holds
@@ -137,7 +118,7 @@ func TestWrongTypeClaimOnRedis(t *testing.T) {
 	keys := content.PageKeys("wrongtype", small.Domain(), 4)
 	writeAll(t, st, small, tp2pp2, "PLHD", keys)
 	c := redisClient(t, srv)
-	meta := "{" + keys[3] + "}:meta" // redisstore's key of a page's claim
+	meta := "{" + keys[3] + "}:3:meta" // redisstore's key of a page's claim
 	ctx := context.Background()
 	n, err := c.Do(ctx, c.B().Del().Key(meta).Build()).AsInt64()
 	require.NoError(t, err)
@@ -340,7 +321,16 @@ func TestExists(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 		n, err = rd.Exists(ctx, keys)
-		require.EqualError(t, err, fmt.Sprintf("page %s: manifest rejected: %s: not found", keys[2], unpublished.Key()))
+		require.NoError(t, err, "a page whose manifest is not in the store is a miss")
+		require.Equal(t, 2, n)
+		// A manifest of another model is a rejection.
+		other := newModel("other", 6, 4, []int{16, 8}, "bf16", 8)
+		foreign := manifestOf(t, other, tp2pp2, builtin(t, "PLHD"))
+		require.NoError(t, reshard.Publish(ctx, st, foreign))
+		bad := content.PageKeys("exists-foreign", small.Domain(), 1)[0]
+		writeObject(t, st, bad, foreign.Key(), partSizes(foreign))
+		n, err = rd.Exists(ctx, []string{keys[0], keys[1], bad, keys[3]})
+		require.EqualError(t, err, fmt.Sprintf("page %s: manifest rejected: %s: manifest belongs to model domain %s, not %s", bad, foreign.Key(), other.Domain(), small.Domain()))
 		require.ErrorIs(t, err, reshard.ErrManifest)
 		require.Equal(t, reshard.StopRejected, reshard.Classify(err))
 		require.Equal(t, 2, n)
@@ -375,7 +365,7 @@ func TestClassify(t *testing.T) {
 		{context.Canceled, reshard.StopCanceled},
 		{fmt.Errorf("page k: %w", context.DeadlineExceeded), reshard.StopCanceled},
 		{fmt.Errorf("page k: %w: m: not found", reshard.ErrManifest), reshard.StopRejected},
-		{fmt.Errorf("page k: part 1: %w", store.ErrChecksum), reshard.StopChecksum},
+		{fmt.Errorf("page k: part 1: %w", partsum.ErrMismatch), reshard.StopChecksum},
 		{fmt.Errorf("page k: %w", errLinkDown), reshard.StopFailed},
 		{store.ErrNotFound, reshard.StopFailed},
 	} {

@@ -87,10 +87,10 @@ func newFileStore(t *testing.T) store.Store {
 	return st
 }
 
-// TestPipelinedRead reads six pages in six pipelined batches, checked,
-// with every batch but the first read while the one before is in flight:
-// every page is read, every part checked once, nothing else in the pool
-// changed, with and without checks, on 2 and 4 copy workers.
+// TestPipelinedRead reads six pages in six pipelined batches, with every
+// batch but the first read while the one before is in flight: every page
+// is read, with CheckParts every part checked once, nothing else in the
+// pool changed, with and without checks, on 2 and 4 copy workers.
 func TestPipelinedRead(t *testing.T) {
 	st := newFileStore(t)
 	keys := content.PageKeys("pipelined", small.Domain(), 6)
@@ -100,22 +100,23 @@ func TestPipelinedRead(t *testing.T) {
 		name string
 		opts reshard.ReaderOptions
 	}{
-		{"staged", reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}}},
-		{"staged four workers", reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}, CopyWorkers: 4}},
-		{"check parts", reshard.ReaderOptions{CheckParts: true}},
-		{"skip checks", reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}, SkipPartChecks: true}},
+		{"unchecked", reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}}},
+		{"unchecked four workers", reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}, CopyWorkers: 4}},
+		{"checked", reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}, CheckParts: true}},
+		{"checked four workers", reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}, CheckParts: true, CopyWorkers: 4}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := newPipelined(t, st, len(keys), c.opts)
 			res := readAll(t, p.rd, keys, slots, p.regions)
-			require.Equal(t, 2*len(keys), res.Ops)
+			// Two whole parts a page, and checked their two trailers.
+			ops, checked := 2, int64(0)
+			if c.opts.CheckParts {
+				ops, checked = 4, int64(2*len(keys))
+			}
+			require.Equal(t, ops*len(keys), res.Ops)
 			require.Equal(t, len(keys), p.sp.Calls("ReadRanges"), "a batch a page")
 			require.Equal(t, len(keys)-1, p.launches, "every batch but the last in flight")
-			want := int64(2 * len(keys))
-			if c.opts.SkipPartChecks {
-				want = 0
-			}
-			require.Equal(t, want, p.rd.Stats().PartsChecked)
+			require.Equal(t, checked, p.rd.Stats().PartsChecked)
 
 			// Not pipelined, the same pool.
 			reshard.SetPipeline(t, false)
@@ -140,12 +141,12 @@ func TestPipelinedChecksumMismatch(t *testing.T) {
 		keys := content.PageKeys("pipelined-flipped", small.Domain(), 6)
 		corruptPage(t, b, keys, 3)
 		slots := []int{4, 1, 5, 0, 3, 2}
-		p := newPipelined(t, b.st, len(keys), reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}})
+		p := newPipelined(t, b.st, len(keys), reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}, CheckParts: true})
 		res, err := p.rd.Read(context.Background(), keys, slots, p.regions)
 		require.NoError(t, err)
-		require.EqualError(t, res.Stop, fmt.Sprintf("page %s: part 1: part checksum mismatch", keys[3]))
+		require.EqualError(t, res.Stop, fmt.Sprintf("page %s: part 1: block 0 (bytes 0-1024): part checksum mismatch", keys[3]))
 		require.Equal(t, reshard.StopChecksum, reshard.Classify(res.Stop))
-		require.Equal(t, reshard.Result{Hit: 3, Bytes: 3 * p.rd.Geometry().PageBytes, Ops: 6, Stop: res.Stop}, res)
+		require.Equal(t, reshard.Result{Hit: 3, Bytes: 3 * p.rd.Geometry().PageBytes, Ops: 12, Stop: res.Stop}, res)
 		checkPool(t, p.rd.Geometry(), p.before, p.regions, keys, slots, 3)
 		require.Equal(t, 5, p.sp.Calls("ReadRanges"), "page 4 read while page 3 was checked")
 		st := p.rd.Stats()
@@ -155,16 +156,16 @@ func TestPipelinedChecksumMismatch(t *testing.T) {
 }
 
 // TestPipelinedReadFails: the read of page 3 of six fails after its first
-// range (part 0 read, part 1 not), while page 2's checks and copies are in
-// flight: pages 0-2 are read, nothing of page 3 reaches the pool, and no
-// later page is read.
+// range (the trailer of part 0 read, that of part 1 not), while page 2's
+// checks and copies are in flight: pages 0-2 are read, nothing of page 3
+// reaches the pool, and no later page is read.
 func TestPipelinedReadFails(t *testing.T) {
 	st := newFileStore(t)
 	keys := content.PageKeys("pipelined-fails", small.Domain(), 6)
 	writeAll(t, st, small, tp4pp1, "PLHD", keys)
 	slots := []int{4, 1, 5, 0, 3, 2}
 	broken := errors.New("disk on fire")
-	p := newPipelined(t, st, len(keys), reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}})
+	p := newPipelined(t, st, len(keys), reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Auto}, CheckParts: true})
 	p.onRead = func(i int, ctx context.Context, rs []store.Range) (int, error, bool) {
 		if i != 3 {
 			return 0, nil, false
@@ -235,7 +236,7 @@ func TestPipelinedDirectWaits(t *testing.T) {
 				}
 				sp := newSpy(b.st)
 				rd, regions := newReader(t, sp, small, tp2pp2, placement.Rank{}, "page_first", len(slots),
-					reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}, CopyWorkers: 2})
+					reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}, CopyWorkers: 2, CheckParts: true})
 				before := clone(regions)
 				hit, err := reshard.ReadSwapped(rd, context.Background(), keys, slots, regions, func(i int, tpl *plan.Plan) *plan.Plan {
 					if i < 2 {
@@ -248,7 +249,7 @@ func TestPipelinedDirectWaits(t *testing.T) {
 					return d
 				})
 				if bad {
-					require.EqualError(t, err, "part 1: part checksum mismatch")
+					require.EqualError(t, err, "part 1: block 0 (bytes 0-1024): part checksum mismatch")
 					require.Zero(t, hit)
 					require.Equal(t, 1, sp.Calls("ReadRanges"), "pages 1 and 2 are not read")
 					checkPool(t, rd.Geometry(), before, regions, keys, slots, 0)

@@ -81,7 +81,7 @@ func flipStored(t testing.TB, b backend, key string, part int, data []byte, off 
 	case "redis":
 		c := redisClient(t, b.srv)
 		ctx := context.Background()
-		k := "{" + key + "}:p:" + strconv.Itoa(part) // redisstore's key of a part
+		k := "{" + key + "}:3:p:" + strconv.Itoa(part) // redisstore's key of a part
 		got, err := c.Do(ctx, c.B().Get().Key(k).Build()).AsBytes()
 		require.NoError(t, err)
 		require.Equal(t, data, got, "redis key %s", k)
@@ -96,7 +96,7 @@ func flipStored(t testing.TB, b backend, key string, part int, data []byte, off 
 func deleteStored(t testing.TB, srv *redistest.Server, key string, part int) {
 	t.Helper()
 	c := redisClient(t, srv)
-	n, err := c.Do(context.Background(), c.B().Del().Key("{"+key+"}:p:"+strconv.Itoa(part)).Build()).AsInt64()
+	n, err := c.Do(context.Background(), c.B().Del().Key("{"+key+"}:3:p:"+strconv.Itoa(part)).Build()).AsInt64()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 }

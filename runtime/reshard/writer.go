@@ -4,14 +4,14 @@
 //
 // A Writer publishes its topology's manifest once, then for each batch of
 // pages skips the complete ones and writes its own part of the others
-// straight from its pool (fragments, no gather copy), each with a checksum
-// bound to its manifest key and part number. A Reader finds the leading run
-// of complete pages (querying in batches), validates their manifests, plans
-// each layout once (templates) and reads exactly the bytes its rank needs
-// straight into its pool, reporting only the pages it read in full. Every
-// part it fetches whole is checked against its checksum before any of its
-// bytes reach the pool; ReaderOptions.CheckParts fetches every part whole
-// to check them all.
+// straight from its pool (fragments, no gather copy), followed by its
+// checksums (package partsum), bound to the page key, manifest key and part
+// number. A Reader finds the leading run of complete pages (querying in
+// batches), validates their manifests, plans each layout once (templates)
+// and reads exactly the bytes its rank needs straight into its pool,
+// reporting only the pages it read in full. With ReaderOptions.CheckParts
+// it checks every byte it copies into the pool against its part's
+// checksums first.
 package reshard
 
 import (
@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvreshard/kvreshard/runtime/manifest"
+	"github.com/kvreshard/kvreshard/runtime/partsum"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
@@ -65,7 +66,7 @@ type WriterStats struct {
 	Pages    int64 // pages of those calls
 	// Pages by status; a batch whose query failed counts as Failed.
 	Written, Complete, Refused, Replica, Failed int64
-	Bytes                                       int64 // bytes of the parts written
+	Bytes                                       int64 // bytes of the parts written, from the pool (their checksums not counted)
 }
 
 // Stats returns the writer's counters.
@@ -115,8 +116,8 @@ func Publish(ctx context.Context, st store.Store, m *manifest.Manifest) error {
 
 // Write writes this rank's part of the pages keys[i], held at slots[i] of
 // the pool regions. It checks existence first and skips complete pages.
-// Each part is written with its checksum (store.PartChecksum), computed
-// over the fragments in the pool. The error is for the batch as a whole
+// Each part is written with its checksums (partsum.Trailer), computed over
+// the fragments in the pool, after its bytes. The error is for the batch as a whole
 // (bad arguments, or the query failed); page failures are in the results.
 func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions [][]byte) ([]PageResult, error) {
 	if len(slots) != len(keys) {
@@ -160,13 +161,13 @@ func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions 
 			continue
 		}
 		data := w.plan.Data(regions, slots[i], nil)
+		data = append(data, partsum.Trailer(keys[i], w.man.Key(), w.plan.Part, data))
 		ws = append(ws, store.PartWrite{
 			Key:      keys[i],
 			Part:     w.plan.Part,
 			Parts:    len(w.man.Parts),
 			Manifest: w.man.Key(),
 			Data:     data,
-			Checksum: store.PartChecksum(w.man.Key(), w.plan.Part, data),
 		})
 		idx = append(idx, i)
 	}
@@ -178,7 +179,7 @@ func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions 
 		switch {
 		case err == nil:
 			r.Status = Written
-			w.bytes.Add(int64(ws[j].Size()))
+			w.bytes.Add(int64(w.man.PartBytes(w.plan.Part)))
 		case errors.Is(err, store.ErrComplete):
 			r.Status = Complete
 		case errors.Is(err, store.ErrLayoutConflict):

@@ -18,7 +18,6 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/url"
@@ -26,8 +25,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/zeebo/xxh3"
 
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 )
@@ -56,10 +53,6 @@ type PartWrite struct {
 	Parts    int    // part count of the object
 	Manifest string // manifest key
 	Data     [][]byte
-	// Checksum is PartChecksum(Manifest, Part, Data), computed by the
-	// writer. Every backend stores it with the part and returns it in
-	// Object.Checksums; 0 means none (a reader then checks nothing).
-	Checksum uint64
 }
 
 // Size returns the part's length in bytes.
@@ -91,67 +84,15 @@ func (w *PartWrite) Validate() error {
 
 // Object is what a query returns for one key.
 type Object struct {
-	Complete  bool     // all parts written; false also for a missing object
-	Manifest  string   // manifest key (set when Complete)
-	PartSizes []int    // size of each part (set when Complete)
-	Checksums []uint64 // each part's PartWrite.Checksum (set when Complete)
+	Complete  bool   // all parts written; false also for a missing object
+	Manifest  string // manifest key (set when Complete)
+	PartSizes []int  // size of each part (set when Complete)
 	// Err is set, with Complete false, when this object's stored state
 	// cannot be read (a corrupt or unreadable claim, a key of the wrong
 	// type): the object is not usable, but the other objects of the query
 	// are. Query's own error is for the whole batch.
 	Err error
 }
-
-// PartChecksum returns the checksum of a part's bytes, bound to the
-// manifest key and part number it was written with: the 64-bit XXH3 of the
-// manifest key, a NUL byte, the part number as 8 little-endian bytes, then
-// the part's bytes (the fragments of data in order). A part served under
-// another manifest or part number, or with a byte changed, does not match.
-// It is never 0 (a 0 sum is returned as 1), so that 0 means "no checksum".
-func PartChecksum(manifest string, part int, data [][]byte) uint64 {
-	d := xxh3.New()
-	var b [checksumPrefixMax]byte
-	d.Write(putChecksumPrefix(b[:0], manifest, part))
-	for _, f := range data {
-		d.Write(f)
-	}
-	return nonZero(d.Sum64())
-}
-
-// checksumPrefixMax bounds the prefix PartChecksum hashes from a stack
-// buffer; longer manifest keys take a heap one.
-const checksumPrefixMax = 256
-
-// ChecksumPrefix is the length of what PartChecksum hashes before a part's
-// bytes: the manifest key, a NUL byte and the part number.
-func ChecksumPrefix(manifest string) int { return len(manifest) + 9 }
-
-// PartChecksumInPlace returns PartChecksum(manifest, part, [][]byte{data})
-// where buf holds ChecksumPrefix(manifest) bytes that it may overwrite and
-// then the part's bytes data. It writes the prefix there and hashes the
-// whole of buf in one call, without the streaming hasher's copy of every
-// byte through its block buffer, which costs more than the hash.
-func PartChecksumInPlace(manifest string, part int, buf []byte) uint64 {
-	putChecksumPrefix(buf[:0], manifest, part)
-	return nonZero(xxh3.Hash(buf))
-}
-
-func putChecksumPrefix(b []byte, manifest string, part int) []byte {
-	b = append(b, manifest...)
-	b = append(b, 0)
-	return binary.LittleEndian.AppendUint64(b, uint64(part))
-}
-
-func nonZero(s uint64) uint64 {
-	if s == 0 {
-		return 1
-	}
-	return s
-}
-
-// ErrChecksum: a part's bytes do not match the checksum it was written
-// with (corrupt, or served under another manifest).
-var ErrChecksum = errors.New("part checksum mismatch")
 
 // Limits every backend enforces on what it writes and checks on what it
 // reads, before it allocates: a corrupt or hostile store cannot make a

@@ -791,6 +791,14 @@ static void test_fork(uint64_t st) {
     pool_free(&rp);
 }
 
+/* set_options sets the options of reader r (kvr_reader_set_options). */
+static int set_options(uint64_t r, int32_t copy_workers, int64_t max_pages, int64_t max_bytes, int32_t check_parts,
+                       char *e, size_t elen) {
+    kvr_reader_options o = {.size = sizeof o, .copy_workers = copy_workers, .max_pages = max_pages,
+                            .max_bytes = max_bytes, .check_parts = check_parts};
+    return kvr_reader_set_options(r, &o, e, elen);
+}
+
 /* test_options sets a reader's copy workers and prefetch budget
  * (kvr_reader_set_options): bad values with their messages, the budget in
  * pages and in bytes, and back to no budget. */
@@ -798,14 +806,31 @@ static void test_options(uint64_t st) {
     rank_pool rp;
     pool_init(&rp, "layer_first", 2, 2, 0, 1, reader_split, NPAGES + 4);
     uint64_t r = open_reader(st, &rp);
-    int rc = kvr_reader_set_options(r, -1, 0, 0, err, sizeof err);
+    int rc = set_options(r, -1, 0, 0, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "copy_workers is -1; want 0 (GOMAXPROCS) to 1024");
-    rc = kvr_reader_set_options(r, 1025, 0, 0, err, sizeof err);
+    rc = set_options(r, 1025, 0, 0, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "copy_workers is 1025; want 0 (GOMAXPROCS) to 1024");
-    rc = kvr_reader_set_options(r, 1, -1, 0, err, sizeof err);
+    rc = set_options(r, 1, -1, 0, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "max_pages is -1; want 0 (no limit) or more");
-    rc = kvr_reader_set_options(r, 1, 0, INT64_MIN, err, sizeof err);
+    rc = set_options(r, 1, 0, INT64_MIN, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "max_bytes is -9223372036854775808; want 0 (no limit) or more");
+    /* The struct's size: too small, and an option of a newer header. */
+    kvr_reader_options small = {.size = 8};
+    rc = kvr_reader_set_options(r, &small, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err,
+              "kvr_reader_options.size is 8; this library's kvr_reader_options has 32 bytes: set size to "
+              "sizeof(kvr_reader_options)");
+    struct {
+        kvr_reader_options o;
+        int64_t newer;
+    } grown = {{.size = sizeof grown}, 7};
+    rc = kvr_reader_set_options(r, &grown.o, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "kvr_reader_options byte 32 is 7: a field this library (kvr_version 1) does not know is set");
+    grown.newer = 0;
+    rc = kvr_reader_set_options(r, &grown.o, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    rc = kvr_reader_set_options(r, NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "options is NULL");
 
     keys k = page_keys(0, NPAGES);
     int64_t slots[NPAGES];
@@ -815,7 +840,7 @@ static void test_options(uint64_t st) {
     int64_t page = (int64_t)rp.nl * rp.nh * PAGE * (HEAD_DIM + V_HEAD_DIM) * 4;
     kvr_read_result res;
     /* 3 pages, then 4 pages and one byte: 4 pages. */
-    rc = kvr_reader_set_options(r, 1, 3, 0, err, sizeof err);
+    rc = set_options(r, 1, 3, 0, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
     rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
     CHECK(rc == KVR_OK && res.hit == 3 && res.stop == KVR_STOP_BUDGET && res.bytes == 3 * page,
@@ -824,7 +849,7 @@ static void test_options(uint64_t st) {
     for (int64_t s = 0; s < rp.slots; s++) {
         verify(&rp, s, s < 3 ? (int)s : -1, __LINE__);
     }
-    rc = kvr_reader_set_options(r, 4, 0, 4 * page + 1, err, sizeof err);
+    rc = set_options(r, 4, 0, 4 * page + 1, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
     rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
     CHECK(rc == KVR_OK && res.hit == 4 && res.stop == KVR_STOP_BUDGET, "read with 4 pages' bytes: %d hit %" PRId64,
@@ -832,7 +857,7 @@ static void test_options(uint64_t st) {
     char want[128];
     snprintf(want, sizeof want, "prefetch budget reached: %" PRId64 " bytes", 4 * page + 1);
     CHECK(strcmp(err, want) == 0, "budget message %s, want %s", err, want);
-    rc = kvr_reader_set_options(r, 0, 0, 0, err, sizeof err);
+    rc = set_options(r, 0, 0, 0, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
     rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
     CHECK(rc == KVR_OK && res.hit == NPAGES && res.stop == KVR_STOP_NONE, "read without budget: %d hit %" PRId64, rc,
@@ -840,22 +865,36 @@ static void test_options(uint64_t st) {
     for (int64_t s = 0; s < rp.slots; s++) {
         verify(&rp, s, s < NPAGES ? (int)s : -1, __LINE__);
     }
-    /* The counters go on across the changes. */
     kvr_reader_stats rs;
     rc = kvr_reader_stats_get(r, &rs);
-    CHECK(rc == KVR_OK && rs.requests == 3 && rs.pages == 3 * NPAGES && rs.hits == 3 + 4 + NPAGES &&
-              rs.misses == 2 * NPAGES - 7 && rs.bytes == (3 + 4 + NPAGES) * page,
-          "reader stats: %" PRId64 " requests %" PRId64 " hits %" PRId64 " misses", rs.requests, rs.hits, rs.misses);
+    CHECK(rc == KVR_OK && rs.parts_checked == 0, "unchecked reads checked %" PRId64 " parts", rs.parts_checked);
+    /* Checked: every part the rank reads, of every page. */
+    rc = set_options(r, 0, 0, 0, 1, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    memset(rp.reg[0], 0, rp.size[0]);
+    memset(rp.reg[1], 0, rp.size[1]);
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == NPAGES && res.stop == KVR_STOP_NONE, "checked read: %d hit %" PRId64, rc, res.hit);
+    for (int64_t s = 0; s < NPAGES; s++) {
+        verify(&rp, s, (int)s, __LINE__);
+    }
+    /* The counters go on across the changes. */
+    rc = kvr_reader_stats_get(r, &rs);
+    CHECK(rc == KVR_OK && rs.requests == 4 && rs.pages == 4 * NPAGES && rs.hits == 3 + 4 + 2 * NPAGES &&
+              rs.misses == 2 * NPAGES - 7 && rs.bytes == (3 + 4 + 2 * NPAGES) * page && rs.parts_checked > 0 &&
+              rs.checksum_errors == 0,
+          "reader stats: %" PRId64 " requests %" PRId64 " hits %" PRId64 " misses %" PRId64 " parts checked",
+          rs.requests, rs.hits, rs.misses, rs.parts_checked);
 
     /* A writer is not a reader; a closed reader is closed. */
     uint64_t w = open_writer(st, &writers[0], NULL);
-    rc = kvr_reader_set_options(w, 1, 0, 0, err, sizeof err);
+    rc = set_options(w, 1, 0, 0, 0, err, sizeof err);
     char msg[128];
     snprintf(msg, sizeof msg, "handle %" PRIu64 " is a writer, not a reader", w);
     CHECK_MSG(rc, KVR_EINVAL, err, msg);
     kvr_writer_close(w, err, sizeof err);
     CHECK(kvr_reader_close(r, err, sizeof err) == KVR_OK, "reader_close %s", err);
-    rc = kvr_reader_set_options(r, 1, 0, 0, err, sizeof err);
+    rc = set_options(r, 1, 0, 0, 0, err, sizeof err);
     snprintf(msg, sizeof msg, "reader handle %" PRIu64 " is closed or was never opened", r);
     CHECK_MSG(rc, KVR_ECLOSED, err, msg);
     pool_free(&rp);
@@ -959,7 +998,7 @@ static void test_big(uint64_t st) {
     kvr_writer_close(w, err, sizeof err);
     rc = kvr_reader_open(st, &m, &rpl, &rpool, &r, err, sizeof err);
     CHECK(rc == KVR_OK, "big reader_open: %s", err);
-    rc = kvr_reader_set_options(r, 2, 0, 0, err, sizeof err);
+    rc = set_options(r, 2, 0, 0, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
     big_thread bt[2];
     pthread_t th[2];
@@ -1256,7 +1295,7 @@ static int readbench(const char *url, int pages, int rounds, int copy_workers) {
     uint64_t sz[2] = {n, n};
     kvr_pool pool = {"page_first", 2, b, sz, pages};
     if (kvr_reader_open(st, &m, &pl, &pool, &r, err, sizeof err) != KVR_OK ||
-        (copy_workers != 0 && kvr_reader_set_options(r, copy_workers, 0, 0, err, sizeof err) != KVR_OK)) {
+        (copy_workers != 0 && set_options(r, copy_workers, 0, 0, 0, err, sizeof err) != KVR_OK)) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }

@@ -16,16 +16,14 @@
 // prefix of the whole key, so that no key can name a path outside the store
 // and names differ even on a case-insensitive file system:
 //
-//	objects-v2/<h>/<name>/claim           part count, generation, newline, manifest key
-//	objects-v2/<h>/<name>/part-<gen>-<i>  the bytes of part i, then its checksum
-//	objects-v2/<h>/<name>/lock            locked by writers (flock)
+//	objects-v3/<h>/<name>/claim           part count, generation, newline, manifest key
+//	objects-v3/<h>/<name>/part-<gen>-<i>  the bytes of part i
+//	objects-v3/<h>/<name>/lock            locked by writers (flock)
 //	meta/<h>/<name>                       a metadata object
 //
 // where <h> is the first two hex digits of the hash and <gen> the claim's
-// generation, 16 random hex digits. A part file ends with the part's
-// checksum (store.PartWrite.Checksum) as 8 little-endian bytes: the sum is
-// written, linked and removed with the part's bytes, and the part's size is
-// the file's size less 8. Every file is written whole to a temporary file
+// generation, 16 random hex digits. A part's size is its file's size. Every
+// file is written whole to a temporary file
 // beside it and then hard-linked into place, which fails if the name exists:
 // the first claim, the first copy of a part and the first metadata object
 // win atomically across processes, and a process killed mid-write leaves at
@@ -36,9 +34,9 @@
 // what it learns of complete objects, and keeps a bounded set of open part
 // files for positioned reads: at most a quarter of the process's open-file
 // limit, and when an open fails for want of descriptors the cached files are
-// closed and the open is tried again. Query reads claims and the checksums
-// at the ends of part files, leaving the part files it opens in that set
-// for the reads that follow; it never reads part data.
+// closed and the open is tried again. Query reads claims and the sizes of
+// part files, leaving the part files it opens in that set for the reads
+// that follow; it never reads part data.
 //
 // Every file is opened without blocking and must be a regular file: a
 // directory, FIFO, device or symbolic link where a claim, part, lock or
@@ -75,12 +73,12 @@
 //
 // By default nothing is synced: the store survives any process crash, but
 // after an operating-system crash or power loss recently written files may
-// hold zeros or be cut short (a part's checksum then no longer matches its
+// hold zeros or be cut short (a part's checksums then no longer match its
 // bytes). The store is a cache; wipe its directory after such a crash, or
 // open it with Options.Sync, which syncs every file before linking it and
 // the directory after. A store written by an earlier version of this package
-// (an objects directory instead of objects-v2) reads as empty; delete the
-// old directory.
+// (an objects or objects-v2 directory instead of objects-v3) reads as
+// empty; delete the old directory.
 package filestore
 
 import (
@@ -88,7 +86,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -162,8 +159,7 @@ const (
 	maxObjects       = 1 << 16 // complete objects remembered per process
 	maxManifestKey   = 4096    // bytes of a manifest key, so that claims stay small
 	maxClaimBytes    = maxManifestKey + 64
-	checksumBytes    = 8
-	objectsDir       = "objects-v2"
+	objectsDir       = "objects-v3"
 	defaultOpenFiles = 256
 	maxAttempts      = 16 // times a write reads the claim again
 )
@@ -188,7 +184,6 @@ type object struct {
 	gen      string
 	manifest string
 	sizes    []int
-	sums     []uint64
 }
 
 // partID names a part file: a part of the generation of a claim, whose
@@ -430,8 +425,7 @@ func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
 					return err
 				}
 			}
-			data := append(w.Data[:len(w.Data):len(w.Data)], binary.LittleEndian.AppendUint64(nil, w.Checksum))
-			if _, err := s.writeFile(partPath(dir, c.gen, w.Part), data, w.Part, false, false); err != nil {
+			if _, err := s.writeFile(partPath(dir, c.gen, w.Part), w.Data, w.Part, false, false); err != nil {
 				return err
 			}
 			now := s.now()
@@ -863,9 +857,9 @@ func (s *Store) lookup(key string) (*object, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &object{dir: dir, gen: c.gen, manifest: c.manifest, sizes: make([]int, 0, min(c.parts, 64)), sums: make([]uint64, 0, min(c.parts, 64))}
+	o := &object{dir: dir, gen: c.gen, manifest: c.manifest, sizes: make([]int, 0, min(c.parts, 64))}
 	for p := range c.parts {
-		size, sum, err := s.readTrailer(key, c.gen, partPath(dir, c.gen, p), p)
+		size, err := s.partSize(key, c.gen, partPath(dir, c.gen, p), p)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
@@ -873,7 +867,6 @@ func (s *Store) lookup(key string) (*object, error) {
 			return nil, err
 		}
 		o.sizes = append(o.sizes, size)
-		o.sums = append(o.sums, sum)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -887,33 +880,16 @@ func (s *Store) lookup(key string) (*object, error) {
 	return o, nil
 }
 
-// readTrailer returns the size of a part and its checksum. It leaves the
-// file open in the cache of open part files if there is room, for the reads
-// that follow a query.
-func (s *Store) readTrailer(key, gen, path string, part int) (int, uint64, error) {
+// partSize returns the size of a part. It leaves the file open in the
+// cache of open part files if there is room, for the reads that follow a
+// query.
+func (s *Store) partSize(key, gen, path string, part int) (int, error) {
 	fd, st, err := s.openFd(path, unix.O_RDONLY)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
-	n := st.Size - checksumBytes
-	var b [checksumBytes]byte
-	for n >= 0 {
-		m, err := unix.Pread(fd, b[:], n)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			unix.Close(fd)
-			return 0, 0, &fs.PathError{Op: "read", Path: path, Err: err}
-		case m < len(b):
-			unix.Close(fd)
-			return 0, 0, &corruptError{path, "cut short while it was read"}
-		}
-		s.offer(partID{key, gen, part}, fd, path)
-		return int(n), binary.LittleEndian.Uint64(b[:]), nil
-	}
-	unix.Close(fd)
-	return 0, 0, &corruptError{path, fmt.Sprintf("%d bytes, too short to hold a checksum", st.Size)}
+	s.offer(partID{key, gen, part}, fd, path)
+	return int(st.Size), nil
 }
 
 // Query implements store.Store. An object whose files cannot be read is
@@ -933,7 +909,7 @@ func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error
 			objs[i].Err = fmt.Errorf("query %s: %w", k, err)
 		case o != nil:
 			objs[i] = store.Object{Complete: true, Manifest: o.manifest,
-				PartSizes: append([]int(nil), o.sizes...), Checksums: append([]uint64(nil), o.sums...)}
+				PartSizes: append([]int(nil), o.sizes...)}
 		}
 	}
 	return objs, nil

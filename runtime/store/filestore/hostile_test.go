@@ -22,13 +22,11 @@ import (
 // twoParts is the layout the tests below write: parts of 10 and 20 bytes.
 func twoParts(key, manifest string, part int) store.PartWrite {
 	data := [][]byte{[]byte(strings.Repeat(string(rune('a'+part)), 10*(part+1)))}
-	return store.PartWrite{Key: key, Part: part, Parts: 2, Manifest: manifest, Data: data,
-		Checksum: store.PartChecksum(manifest, part, data)}
+	return store.PartWrite{Key: key, Part: part, Parts: 2, Manifest: manifest, Data: data}
 }
 
 func twoPartsObject(manifest string) store.Object {
-	return store.Object{Complete: true, Manifest: manifest, PartSizes: []int{10, 20}, Checksums: []uint64{
-		twoParts("", manifest, 0).Checksum, twoParts("", manifest, 1).Checksum}}
+	return store.Object{Complete: true, Manifest: manifest, PartSizes: []int{10, 20}}
 }
 
 func writeBoth(t *testing.T, s *Store, key, manifest string) {
@@ -111,9 +109,6 @@ func TestCorruptObject(t *testing.T) {
 			require.NoError(t, os.Remove(partPath(dir, c.gen, 0)))
 			require.NoError(t, os.Mkdir(partPath(dir, c.gen, 0), 0o777))
 		}, "{dir}/part-{gen}-0 is a directory, not a regular file"},
-		{"part shorter than its checksum", func(t *testing.T, dir string, c *claim) {
-			require.NoError(t, os.Truncate(partPath(dir, c.gen, 0), 7))
-		}, "corrupt file {dir}/part-{gen}-0: 7 bytes, too short to hold a checksum"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, err := Open(t.TempDir(), Options{})

@@ -162,9 +162,7 @@ func (l smallLayout) data(key string, part int) []byte {
 }
 
 func (l smallLayout) write(key string, part int) store.PartWrite {
-	data := [][]byte{l.data(key, part)}
-	return store.PartWrite{Key: key, Part: part, Parts: len(l.sizes), Manifest: l.manifest, Data: data,
-		Checksum: store.PartChecksum(l.manifest, part, data)}
+	return store.PartWrite{Key: key, Part: part, Parts: len(l.sizes), Manifest: l.manifest, Data: [][]byte{l.data(key, part)}}
 }
 
 func (l smallLayout) writeAll(key string) []store.PartWrite {
@@ -182,9 +180,6 @@ func (l smallLayout) requireStored(t *testing.T, s store.Store, key string) {
 	objs, err := s.Query(ctx, []string{key})
 	require.NoError(t, err)
 	want := store.Object{Complete: true, Manifest: l.manifest, PartSizes: l.sizes}
-	for p := range l.sizes {
-		want.Checksums = append(want.Checksums, l.write(key, p).Checksum)
-	}
 	require.Equal(t, []store.Object{want}, objs)
 	for p, size := range l.sizes {
 		got := make([]byte, size)
@@ -309,10 +304,8 @@ func (l bigLayoutT) write(key string, part int) store.PartWrite {
 		b = b[256<<10:]
 	}
 	frags = append(frags, b)
-	return store.PartWrite{Key: key, Part: part, Parts: 2, Manifest: l.manifest, Data: frags, Checksum: store.PartChecksum(l.manifest, part, frags)}
+	return store.PartWrite{Key: key, Part: part, Parts: 2, Manifest: l.manifest, Data: frags}
 }
-
-func (l bigLayoutT) sum(key string, part int) uint64 { return l.write(key, part).Checksum }
 
 // TestKilledWriter kills a writer process in the middle of a part: the part
 // never reads as written, the object is not complete, and another process's
@@ -356,7 +349,7 @@ func TestKilledWriter(t *testing.T) {
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{l.write(key, 0)}))
 	objs, err = s.Query(ctx, []string{key})
 	require.NoError(t, err)
-	require.Equal(t, []store.Object{{Complete: true, Manifest: l.manifest, PartSizes: []int{2 << 20, 1000}, Checksums: []uint64{l.sum(key, 0), l.sum(key, 1)}}}, objs)
+	require.Equal(t, []store.Object{{Complete: true, Manifest: l.manifest, PartSizes: []int{2 << 20, 1000}}}, objs)
 	for part, size := range []int{2 << 20, 1000} {
 		got := make([]byte, size)
 		n, err := s.ReadRanges(ctx, []store.Range{{Key: key, Part: part, Dst: [][]byte{got}}})

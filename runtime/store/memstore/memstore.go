@@ -18,8 +18,7 @@
 // one as long as it is reachable.
 //
 // A part once written is kept: a retry of a part that is already written
-// writes nothing and succeeds, as in filestore. Each part is kept with the
-// checksum it was written with. An incomplete object that no write has
+// writes nothing and succeeds, as in filestore. An incomplete object that no write has
 // touched for longer than the lease is taken over by a writer of another
 // layout, as if it were new (see store.DefaultLease); a write is atomic, so
 // no takeover can happen in the middle of one.
@@ -111,7 +110,6 @@ type shard struct {
 type object struct {
 	manifest string
 	parts    [][]byte // nil: not written yet
-	sums     []uint64 // each part's checksum
 	missing  int      // parts not written yet
 	touched  time.Time
 }
@@ -175,13 +173,12 @@ func (s *Store) writePart(w *store.PartWrite) error {
 		o = nil // the lease has passed: take the object over
 	}
 	if o == nil {
-		o = &object{manifest: w.Manifest, parts: make([][]byte, w.Parts), sums: make([]uint64, w.Parts), missing: w.Parts}
+		o = &object{manifest: w.Manifest, parts: make([][]byte, w.Parts), missing: w.Parts}
 		sh.objs[w.Key] = o
 	}
 	o.touched = now
 	if o.parts[w.Part] == nil {
 		o.parts[w.Part] = data
-		o.sums[w.Part] = w.Checksum
 		o.missing--
 	}
 	return nil
@@ -223,7 +220,7 @@ func (s *Store) Query(ctx context.Context, keys []string) ([]store.Object, error
 		for p, b := range o.parts {
 			sizes[p] = len(b)
 		}
-		objs[i] = store.Object{Complete: true, Manifest: o.manifest, PartSizes: sizes, Checksums: append([]uint64(nil), o.sums...)}
+		objs[i] = store.Object{Complete: true, Manifest: o.manifest, PartSizes: sizes}
 	}
 	return objs, nil
 }

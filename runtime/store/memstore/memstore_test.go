@@ -48,7 +48,7 @@ func TestOpen(t *testing.T) {
 	require.Equal(t, []error{nil}, a.WriteParts(ctx, []store.PartWrite{{Key: "k", Part: 0, Parts: 1, Manifest: "m", Data: [][]byte{{1, 2}}}}))
 	objs, err := b.Query(ctx, []string{"k"})
 	require.NoError(t, err)
-	require.Equal(t, []store.Object{{Complete: true, Manifest: "m", PartSizes: []int{2}, Checksums: []uint64{0}}}, objs)
+	require.Equal(t, []store.Object{{Complete: true, Manifest: "m", PartSizes: []int{2}}}, objs)
 	objs, err = c.Query(ctx, []string{"k"})
 	require.NoError(t, err)
 	require.Equal(t, []store.Object{{}}, objs)
@@ -105,9 +105,9 @@ func TestLeaseClock(t *testing.T) {
 	now := time.Unix(1e9, 0)
 	s := NewOptions(Options{Lease: 30 * time.Second, now: func() time.Time { return now }})
 	a := func(part int) store.PartWrite {
-		return store.PartWrite{Key: "k", Part: part, Parts: 2, Manifest: "a", Data: [][]byte{{byte(part)}}, Checksum: 7}
+		return store.PartWrite{Key: "k", Part: part, Parts: 2, Manifest: "a", Data: [][]byte{{byte(part)}}}
 	}
-	b := store.PartWrite{Key: "k", Part: 0, Parts: 1, Manifest: "b", Data: [][]byte{{9, 9}}, Checksum: 8}
+	b := store.PartWrite{Key: "k", Part: 0, Parts: 1, Manifest: "b", Data: [][]byte{{9, 9}}}
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{a(0)}))
 	now = now.Add(30 * time.Second)
 	require.Equal(t, []error{store.ErrLayoutConflict}, s.WriteParts(ctx, []store.PartWrite{b}), "at the lease, not past it")
@@ -115,7 +115,7 @@ func TestLeaseClock(t *testing.T) {
 	require.Equal(t, []error{nil, store.ErrComplete}, s.WriteParts(ctx, []store.PartWrite{b, a(1)}))
 	objs, err := s.Query(ctx, []string{"k"})
 	require.NoError(t, err)
-	require.Equal(t, []store.Object{{Complete: true, Manifest: "b", PartSizes: []int{2}, Checksums: []uint64{8}}}, objs)
+	require.Equal(t, []store.Object{{Complete: true, Manifest: "b", PartSizes: []int{2}}}, objs)
 }
 
 func TestInvalidWrite(t *testing.T) {

@@ -13,22 +13,21 @@
 //
 // # Keys
 //
-// A page (object) with key K keeps its state in the hash {K}:meta and part
-// i in the string {K}:p:i, where K is escaped (% { } become %25 %7B %7D) so
+// A page (object) with key K keeps its state in the hash {K}:3:meta and
+// part i in the string {K}:3:p:i (3: the format of the keys and of the
+// parts' bytes, which carry their checksums), where K is escaped (% { } become %25 %7B %7D) so
 // that the braces are its hash tag: a page's keys share one slot, and
 // different pages spread over the cluster. The state holds the manifest
 // key, the part count, the count of parts written, the server's time of
-// the last part write, and each written part's checksum
-// (store.PartWrite.Checksum, returned in store.Object.Checksums). A
-// manifest (metadata object) with key M is the string meta:M, without
+// the last part write, and a mark of each written part. A manifest (metadata object) with key M is the string meta:M, without
 // expiry.
 //
 // # Atomicity
 //
 // A Lua script (EVALSHA, EVAL when the server lacks it) writes a part: in one
 // step on the server it checks the page's state, claims it (the first writer
-// fixes manifest and part count), stores the part and its checksum and
-// counts it. Another manifest or part count on an incomplete page gives
+// fixes manifest and part count), stores the part, marks it and counts
+// it. Another manifest or part count on an incomplete page gives
 // store.ErrLayoutConflict, a complete page store.ErrComplete, and neither
 // writes anything. The fragments of a part are joined on the client into
 // one argument (the copy that also frees the caller's buffers), so the
@@ -199,7 +198,7 @@ var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 // pageKeys returns the meta key and the prefix of the part keys of a page.
 func pageKeys(key string) (meta, partPrefix string) {
 	tag := pageTag(key)
-	return tag + ":meta", tag + ":p:"
+	return tag + ":3:meta", tag + ":3:p:"
 }
 
 // pageTag returns the hash tag that begins every key of a page.
@@ -207,7 +206,7 @@ func pageTag(key string) string { return "{" + tagEscaper.Replace(key) + "}" }
 
 // stampKey returns the key of a page's stamp: when a write first found its
 // state unreadable (see writeScript).
-func stampKey(key string) string { return pageTag(key) + ":bad" }
+func stampKey(key string) string { return pageTag(key) + ":3:bad" }
 
 func metaKey(key string) string { return "meta:" + key }
 
@@ -296,7 +295,7 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 		meta, prefix := pageKeys(w.Key)
 		part := strconv.Itoa(w.Part)
 		calls = append(calls, call{s: writer, retry: true, keys: []string{meta, prefix + part, stampKey(w.Key)},
-			args: []string{w.Manifest, strconv.Itoa(w.Parts), part, data.String(), s.ttl, prefix, fmt.Sprintf("%016x", w.Checksum), s.lease}})
+			args: []string{w.Manifest, strconv.Itoa(w.Parts), part, data.String(), s.ttl, prefix, s.lease}})
 		idx = append(idx, i)
 		if bytes += w.Size(); bytes >= maxBatchBytes || len(calls) >= maxBatchCmds {
 			flush()
@@ -325,28 +324,19 @@ func decodeState(v string, err error) (*store.Object, error) {
 		return &store.Object{Err: unreadableState(rest)}, nil
 	}
 	bad := &store.Object{Err: fmt.Errorf("unexpected state reply %.40q", v)}
-	sizes, rest, ok1 := strings.Cut(v, "\n")
-	sums, manifest, ok2 := strings.Cut(rest, "\n")
+	sizes, manifest, ok := strings.Cut(v, "\n")
 	// Bound the part count before allocating for it.
 	n := strings.Count(sizes, " ") + 1
-	if !ok1 || !ok2 || sizes == "" || n > store.MaxParts || strings.Count(sums, " ")+1 != n ||
-		manifest == "" || len(manifest) > maxManifestKey {
+	if !ok || sizes == "" || n > store.MaxParts || manifest == "" || len(manifest) > maxManifestKey {
 		return bad, nil
 	}
-	o := &store.Object{Complete: true, Manifest: manifest, PartSizes: make([]int, 0, n), Checksums: make([]uint64, 0, n)}
+	o := &store.Object{Complete: true, Manifest: manifest, PartSizes: make([]int, 0, n)}
 	for f := range strings.SplitSeq(sizes, " ") {
 		size, err := strconv.ParseInt(f, 10, 64)
 		if err != nil || size < 0 || size > maxPartSize {
 			return bad, nil
 		}
 		o.PartSizes = append(o.PartSizes, int(size))
-	}
-	for f := range strings.SplitSeq(sums, " ") {
-		sum, err := strconv.ParseUint(f, 16, 64)
-		if err != nil || len(f) != 16 {
-			return bad, nil
-		}
-		o.Checksums = append(o.Checksums, sum)
 	}
 	return o, nil
 }
@@ -386,10 +376,10 @@ func unreadableState(reason string) error {
 		}
 		msg = fmt.Sprintf("the meta hash holds %.20s fields, not the %.20s of %.20s written parts", f[0], f[1], f[2])
 	case "mark":
-		msg = fmt.Sprintf("part %.20s is counted as written but has no checksum", rest)
-	case "sum":
+		msg = fmt.Sprintf("part %.20s is counted as written but has no mark", rest)
+	case "mark-value":
 		i, v, _ := strings.Cut(rest, "\n")
-		msg = fmt.Sprintf("checksum %.40q of part %.20s is not 16 hex digits", v, i)
+		msg = fmt.Sprintf("the mark of part %.20s is %.40q, not 1", i, v)
 	case "part-type":
 		i, v, _ := strings.Cut(rest, "\n")
 		msg = fmt.Sprintf("part %.20s is a %.20s, not a string", i, v)

@@ -123,12 +123,11 @@ func TestSingle(t *testing.T) {
 	t.Run("ScriptFlush", func(t *testing.T) { testScriptFlush(t, srv) })
 }
 
-// write writes part of key, one of the parts data, with its checksum.
+// write writes part of key, one of the parts data.
 func write(t *testing.T, s store.Store, key, manifest string, part int, data ...[]byte) error {
 	t.Helper()
 	d := [][]byte{data[part]}
-	errs := s.WriteParts(context.Background(), []store.PartWrite{{Key: key, Part: part, Parts: len(data), Manifest: manifest, Data: d,
-		Checksum: store.PartChecksum(manifest, part, d)}})
+	errs := s.WriteParts(context.Background(), []store.PartWrite{{Key: key, Part: part, Parts: len(data), Manifest: manifest, Data: d}})
 	require.Len(t, errs, 1)
 	return errs[0]
 }
@@ -137,9 +136,8 @@ func write(t *testing.T, s store.Store, key, manifest string, part int, data ...
 // data, by write, returns.
 func complete(manifest string, data ...[]byte) store.Object {
 	o := store.Object{Complete: true, Manifest: manifest}
-	for p, d := range data {
+	for _, d := range data {
 		o.PartSizes = append(o.PartSizes, len(d))
-		o.Checksums = append(o.Checksums, store.PartChecksum(manifest, p, [][]byte{d}))
 	}
 	return o
 }
@@ -196,7 +194,7 @@ func testTTL(t *testing.T, srv *redistest.Server) {
 		require.NoError(t, err)
 		return v
 	}
-	for _, k := range []string{"{ttl_page}:meta", "{ttl_page}:p:0", "{ttl_page}:p:1"} {
+	for _, k := range []string{"{ttl_page}:3:meta", "{ttl_page}:3:p:0", "{ttl_page}:3:p:1"} {
 		ttl := do("PTTL", k).(int64)
 		require.Greater(t, ttl, int64(9*time.Minute/time.Millisecond), k)
 		require.LessOrEqual(t, ttl, int64(10*time.Minute/time.Millisecond), k)
@@ -204,7 +202,7 @@ func testTTL(t *testing.T, srv *redistest.Server) {
 	require.Equal(t, int64(-1), do("PTTL", "meta:kv/d/manifests/a"))
 
 	// Part 1 expires.
-	require.Equal(t, int64(1), do("PEXPIRE", "{ttl_page}:p:1", "1"))
+	require.Equal(t, int64(1), do("PEXPIRE", "{ttl_page}:3:p:1", "1"))
 	time.Sleep(20 * time.Millisecond)
 	require.Equal(t, store.Object{}, query(t, s, key))
 	_, err := read(t, s, key, 0, 9)
@@ -225,7 +223,7 @@ func testTTL(t *testing.T, srv *redistest.Server) {
 
 	// The whole page expires: any layout may write it again.
 	require.Equal(t, int64(3), do("EVAL", "for _, k in ipairs(KEYS) do redis.call('PEXPIRE', k, 1) end return #KEYS", "3",
-		"{ttl_page}:meta", "{ttl_page}:p:0", "{ttl_page}:p:1"))
+		"{ttl_page}:3:meta", "{ttl_page}:3:p:0", "{ttl_page}:3:p:1"))
 	time.Sleep(20 * time.Millisecond)
 	require.Equal(t, store.Object{}, query(t, s, key))
 	require.NoError(t, write(t, s, key, "kv/d/manifests/b", 0, []byte("b")))
@@ -243,7 +241,7 @@ func testEvicted(t *testing.T, srv *redistest.Server) {
 	key := "evicted_page"
 	p0, p1 := []byte("zero"), []byte("one")
 	require.NoError(t, write(t, s, key, "m", 0, p0, p1))
-	v, err := srv.Do("DEL", "{evicted_page}:p:0")
+	v, err := srv.Do("DEL", "{evicted_page}:3:p:0")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), v)
 	require.NoError(t, write(t, s, key, "m", 1, p0, p1))
@@ -307,7 +305,7 @@ func testSpread(t *testing.T, c *redistest.Cluster) {
 		if key == "spread_{odd}_e" {
 			tag = "spread_%7Bodd%7D_e"
 		}
-		owner, slot, err := c.Owner("{" + tag + "}:meta")
+		owner, slot, err := c.Owner("{" + tag + "}:3:meta")
 		require.NoError(t, err)
 		masters[owner.Addr()] = true
 		// Every key of the page is on its owner, in one slot.
@@ -319,7 +317,7 @@ func testSpread(t *testing.T, c *redistest.Cluster) {
 		}
 		sort.Strings(got)
 		pre := "{" + tag + "}"
-		require.Equal(t, []string{pre + ":meta", pre + ":p:0", pre + ":p:1", pre + ":p:2"}, got, key)
+		require.Equal(t, []string{pre + ":3:meta", pre + ":3:p:0", pre + ":3:p:1", pre + ":3:p:2"}, got, key)
 		require.Equal(t, complete("m", []byte("0"), []byte("1"), []byte("2")), query(t, s, key))
 	}
 	require.Len(t, masters, 3, "pages on masters %v", masters)

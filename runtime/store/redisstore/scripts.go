@@ -14,8 +14,7 @@ import (
 
 // maxManifestKey bounds the length of a manifest key: WriteParts refuses a
 // longer one, and a stored one longer makes the page's state unreadable, so
-// that a state reply is bounded (at most store.MaxParts sizes and
-// checksums, and this).
+// that a state reply is bounded (at most store.MaxParts sizes, and this).
 const maxManifestKey = 4096
 
 // inspectLua defines inspect(meta, prefix, all), which reads and checks a
@@ -28,8 +27,8 @@ const maxManifestKey = 4096
 //   - s.err, when the state cannot be read: what is wrong, as lines
 //     ("what", then values) that unreadableState (Go) formats;
 //   - else s.manifest, s.parts, s.done, and when done == parts s.sizes
-//     and s.sums of the parts, and s.lost, the parts whose keys are gone
-//     (the first only, unless all is true).
+//     of the parts, and s.lost, the parts whose keys are gone (the first
+//     only, unless all is true).
 //
 // Every number is checked before it is used: a hash of more than
 // MAXPARTS+4 fields is not fetched, and a part count out of [1, MAXPARTS]
@@ -86,12 +85,11 @@ local function inspect(meta, prefix, all)
   if have ~= want then return bad(s, 'fields', have, want, done) end
   s.manifest, s.parts, s.done = manifest, n, done
   if done < n then return s end
-  s.sizes, s.sums, s.lost = {}, {}, {}
+  s.sizes, s.lost = {}, {}
   for i = 0, n - 1 do
     local c = h['w:' .. i]
     if not c then return bad(s, 'mark', i) end
-    if #c ~= 16 or not string.find(c, '^%x+$') then return bad(s, 'sum', i, c) end
-    s.sums[i + 1] = c
+    if c ~= '1' then return bad(s, 'mark-value', i, c) end
     local k = prefix .. i
     local l = redis.pcall('STRLEN', k)
     if type(l) ~= 'number' then return bad(s, 'part-type', i, redis.call('TYPE', k).ok) end
@@ -113,7 +111,7 @@ end
 //	ARGV[1] manifest key, ARGV[2] part count, ARGV[3] part number,
 //	ARGV[4] the part's bytes, ARGV[5] TTL in ms (0: none),
 //	ARGV[6] the prefix of the page's part keys (KEYS[2] is ARGV[6]..ARGV[3]),
-//	ARGV[7] the part's checksum (16 hex digits), ARGV[8] the lease in ms
+//	ARGV[7] the lease in ms
 //
 // It returns 0 when the part is written (or was already: a retry keeps the
 // first copy), 1 when the object is complete (nothing written), 2 when the
@@ -122,8 +120,8 @@ end
 // (nothing written).
 //
 // The meta hash holds manifest, parts, done (parts written), t (the
-// server's time of the last part write, ms) and w:<i>, the checksum of
-// each written part. The first writer creates it; every part write,
+// server's time of the last part write, ms) and w:<i> = 1, a mark of each
+// written part. The first writer creates it; every part write,
 // retries included, sets t. A complete object one of whose parts has
 // expired or was evicted is not complete any more: its lost parts are
 // unmarked, and writers of its own layout may write them again.
@@ -141,7 +139,7 @@ end
 const writeScript = inspectLua + `
 local meta, pkey, stamp = KEYS[1], KEYS[2], KEYS[3]
 local manifest, parts, part = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local ttl, prefix, sum, lease = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
+local ttl, prefix, lease = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 if redis.replicate_commands then redis.replicate_commands() end
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -177,12 +175,12 @@ if new then
     redis.call('DEL', unpack(k))
   end
   redis.call('DEL', meta, stamp)
-  redis.call('HSET', meta, 'manifest', manifest, 'parts', parts, 'done', 1, 'w:' .. part, sum, 't', t)
+  redis.call('HSET', meta, 'manifest', manifest, 'parts', parts, 'done', 1, 'w:' .. part, '1', 't', t)
 else
   redis.call('HSET', meta, 't', t)
   local marked = redis.call('HEXISTS', meta, 'w:' .. part) == 1
   if marked and redis.call('EXISTS', pkey) == 1 then return 0 end
-  redis.call('HSET', meta, 'w:' .. part, sum)
+  redis.call('HSET', meta, 'w:' .. part, '1')
   if not marked then redis.call('HINCRBY', meta, 'done', 1) end
 end
 if ttl > 0 then
@@ -208,7 +206,6 @@ const (
 //
 // It returns nil unless every part is written and every part key still
 // exists; then one string: the size of each part in decimal, separated by
-// spaces, a newline, each part's checksum (16 hex digits) separated by
 // spaces, a newline, and the manifest key. When the state cannot be read,
 // "!" followed by inspect's s.err. A string, not an array, so that
 // ReadRanges can take it from a stream of replies (see stream.go).
@@ -217,7 +214,7 @@ local s = inspect(KEYS[1], ARGV[1], false)
 if not s then return false end
 if s.err then return '!' .. s.err end
 if s.done < s.parts or #s.lost > 0 then return false end
-return table.concat(s.sizes, ' ') .. '\n' .. table.concat(s.sums, ' ') .. '\n' .. s.manifest
+return table.concat(s.sizes, ' ') .. '\n' .. s.manifest
 `
 
 // getMetaScript returns a metadata object: nil when there is none, its

@@ -11,11 +11,11 @@ import (
 // whose Err says why it cannot be read, or to nothing; never a panic, and
 // never an allocation sized by an unchecked count.
 func FuzzDecodeState(f *testing.F) {
-	f.Add("10 20\n0123456789abcdef 00000000000000ff\nkv/d/manifests/a")
+	f.Add("10 20\nkv/d/manifests/a")
 	f.Add("!bad type")
-	f.Add("10\n0123456789abcdef\n")
-	f.Add("-1\n0123456789abcdef\nm")
-	f.Add("1099511627777\n0123456789abcdef\nm")
+	f.Add("10\n")
+	f.Add("-1\nm")
+	f.Add("1099511627777\nm")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, v string) {
 		o, err := decodeState(v, nil)
@@ -31,7 +31,7 @@ func FuzzDecodeState(f *testing.F) {
 			}
 			return
 		}
-		if !o.Complete || o.Manifest == "" || len(o.PartSizes) == 0 || len(o.PartSizes) > store.MaxParts || len(o.Checksums) != len(o.PartSizes) {
+		if !o.Complete || o.Manifest == "" || len(o.PartSizes) == 0 || len(o.PartSizes) > store.MaxParts {
 			t.Fatalf("reply %q decodes to %+v", v, o)
 		}
 		for _, n := range o.PartSizes {

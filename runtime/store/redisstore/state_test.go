@@ -58,7 +58,7 @@ var corruptions = []corruption{
 	{"mark missing", func(t *testing.T, do raw, meta, _ string) {
 		do(t, meta, "HDEL", meta, "w:1")
 		do(t, meta, "HSET", meta, "x", "in place of w:1")
-	}, "part 1 is counted as written but has no checksum"},
+	}, "part 1 is counted as written but has no mark"},
 	{"a field too many", hset("junk", "1"), "the meta hash holds 7 fields, not the 6 of 2 written parts"},
 	{"fields past the limit", func(t *testing.T, do raw, meta, _ string) {
 		args := []string{"HSET", meta}
@@ -69,8 +69,8 @@ var corruptions = []corruption{
 	}, "the meta hash holds 65545 fields, more than 65540"},
 	{"done under the marks", hset("done", "1"), "the meta hash holds 6 fields, not the 5 of 1 written parts"},
 	{"a mark too few", hdel("w:1"), "the meta hash holds 5 fields, not the 6 of 2 written parts"},
-	{"mark of the old format", hset("w:0", "1"), `checksum "1" of part 0 is not 16 hex digits`},
-	{"mark not hex", hset("w:0", "zzzzzzzzzzzzzzzz"), `checksum "zzzzzzzzzzzzzzzz" of part 0 is not 16 hex digits`},
+	{"mark of the old format", hset("w:0", "0123456789abcdef"), `the mark of part 0 is "0123456789abcdef", not 1`},
+	{"mark empty", hset("w:0", ""), `the mark of part 0 is "", not 1`},
 	{"part a set", func(t *testing.T, do raw, _, prefix string) {
 		do(t, prefix+"1", "DEL", prefix+"1")
 		do(t, prefix+"1", "SADD", prefix+"1", "x")

@@ -90,7 +90,6 @@ func RunBackend(t *testing.T, b Backend) {
 		{"BatchInOrder", testBatchInOrder},
 		{"InvalidWrite", testInvalidWrite},
 		{"Query", testQuery},
-		{"Checksums", testChecksums},
 		{"Meta", testMeta},
 		{"MetaLimit", testMetaLimit},
 		{"ReadRanges", testReadRanges},
@@ -176,20 +175,14 @@ func (l layout) data(key string, part int) []byte {
 	return Pattern(fmt.Sprintf("%s/%s/%d", l.manifest, key, part), l.sizes[part])
 }
 
-// write writes part of key, with its checksum.
+// write writes part of key.
 func (l layout) write(key string, part int) store.PartWrite {
-	data := [][]byte{l.data(key, part)}
-	return store.PartWrite{Key: key, Part: part, Parts: len(l.sizes), Manifest: l.manifest, Data: data,
-		Checksum: store.PartChecksum(l.manifest, part, data)}
+	return store.PartWrite{Key: key, Part: part, Parts: len(l.sizes), Manifest: l.manifest, Data: [][]byte{l.data(key, part)}}
 }
 
 // object is what a query of a key written whole in layout l returns.
 func (l layout) object(key string) store.Object {
-	sums := make([]uint64, len(l.sizes))
-	for p := range sums {
-		sums[p] = l.write(key, p).Checksum
-	}
-	return store.Object{Complete: true, Manifest: l.manifest, PartSizes: l.sizes, Checksums: sums}
+	return store.Object{Complete: true, Manifest: l.manifest, PartSizes: l.sizes}
 }
 
 func write(t *testing.T, s store.Store, ws ...store.PartWrite) []error {
@@ -279,7 +272,7 @@ func testFragments(t *testing.T, s store.Store, k keys) {
 		Data: [][]byte{whole[:1], nil, whole[1:300], {}, whole[300:999], whole[999:]}}
 	require.Equal(t, 1000, w.Size())
 	require.Equal(t, []error{nil}, write(t, s, w))
-	require.Equal(t, []store.Object{{Complete: true, Manifest: k.manifest("a"), PartSizes: []int{1000}, Checksums: []uint64{0}}}, query(t, s, key))
+	require.Equal(t, []store.Object{{Complete: true, Manifest: k.manifest("a"), PartSizes: []int{1000}}}, query(t, s, key))
 	require.Equal(t, whole, readPart(t, s, key, 0, 1000))
 }
 
@@ -659,31 +652,6 @@ func testEmptyInputs(t *testing.T, s store.Store, k keys) {
 	n, err = s.ReadRanges(ctx, []store.Range{})
 	require.NoError(t, err)
 	require.Equal(t, 0, n)
-}
-
-// testChecksums: a part's checksum comes back as it was written, whatever
-// its value; 0 is "none" and comes back as 0.
-func testChecksums(t *testing.T, s store.Store, k keys) {
-	a := layout{k.manifest("a"), []int{10, 20, 30, 40}}
-	key := k.key("page")
-	sums := []uint64{math.MaxUint64, 0, 1, 1 << 63}
-	for p, sum := range sums {
-		w := a.write(key, p)
-		w.Checksum = sum
-		require.Equal(t, []error{nil}, write(t, s, w))
-	}
-	require.Equal(t, []store.Object{{Complete: true, Manifest: a.manifest, PartSizes: a.sizes, Checksums: sums}}, query(t, s, key))
-
-	// A retry of a written part keeps the first write (same bytes, same
-	// checksum); a write that is refused stores nothing.
-	b := layout{k.manifest("b"), []int{64, 64}}
-	key2 := k.key("page2")
-	require.Equal(t, []error{nil, nil}, write(t, s, b.write(key2, 1), b.write(key2, 1)))
-	require.Equal(t, []error{store.ErrLayoutConflict}, write(t, s, a.write(key2, 0)))
-	require.Equal(t, []error{nil}, write(t, s, b.write(key2, 0)))
-	require.Equal(t, []store.Object{b.object(key2)}, query(t, s, key2))
-	require.NotZero(t, b.object(key2).Checksums[0])
-	require.NotEqual(t, b.object(key2).Checksums[0], b.object(key2).Checksums[1])
 }
 
 // testMetaLimit: PutMeta refuses what no reader accepts, and stores nothing.
