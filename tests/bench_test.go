@@ -70,5 +70,5 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, []string{"copy_vs_memmove", "copy_vs_memmove_runs", "generated_vs_interpreter", "plan_build_us_70b",
 		"plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b", "reshard_vs_identity_mem", "gapped_vs_contiguous_mem", "reshard_gbps_file",
 		"redis_vs_get", "redis_getrange_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
-		"auto_regret_file", "auto_regret_redis", "checksum_cost", "python_vs_go_read", "python_call_us"}, names)
+		"auto_regret_file", "auto_regret_redis", "checksum_cost", "checksum_cost_range", "checksum_cost_range_redis", "python_vs_go_read", "python_call_us"}, names)
 }

@@ -44,9 +44,13 @@
 //	                          direct, scatter and staged, timed in turns
 //	auto_regret_redis         the same from Redis, on the Redis cost model
 //	checksum_cost             staged reads of whole parts from the file
-//	                          store, part checksums checked, against the
-//	                          same reads with reshard.ReaderOptions
-//	                          SkipPartChecks
+//	                          store, every byte copied checked against its
+//	                          part's checksums (ReaderOptions.CheckParts),
+//	                          against the same reads unchecked
+//	checksum_cost_range       a TP 2 rank's reads of half of each part of
+//	                          pages written by TP 1, from the file store,
+//	                          checked, against the same reads unchecked
+//	checksum_cost_range_redis the same from Redis
 //	python_vs_go_read         resharded reads from the file store through
 //	                          the Python package (python3 -m
 //	                          kvreshard.bench --serve over libkvreshard,
@@ -95,7 +99,7 @@ var Names = []string{
 	"copy_vs_memmove", "copy_vs_memmove_runs", "generated_vs_interpreter",
 	"plan_build_us_70b", "plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b",
 	"reshard_vs_identity_mem", "gapped_vs_contiguous_mem", "reshard_gbps_file", "redis_vs_get", "redis_getrange_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
-	"auto_regret_file", "auto_regret_redis", "checksum_cost",
+	"auto_regret_file", "auto_regret_redis", "checksum_cost", "checksum_cost_range", "checksum_cost_range_redis",
 	"python_vs_go_read", "python_call_us",
 }
 

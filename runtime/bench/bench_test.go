@@ -36,6 +36,7 @@ func TestRedisSkipped(t *testing.T) {
 		{Name: "redis_vs_get_parts", Unit: "x", BaselineUnit: "GB/s", Skipped: "no Redis server: redis-server: no such file"},
 		{Name: "reshard_gbps_redis", Unit: "GB/s", BaselineUnit: "GB/s", Skipped: "no Redis server: redis-server: no such file"},
 		{Name: "auto_regret_redis", Unit: "x", BaselineUnit: "GB/s", Target: "<= 1.1", Skipped: "no Redis server: redis-server: no such file"},
+		{Name: "checksum_cost_range_redis", Unit: "x", BaselineUnit: "GB/s", Target: ">= 0.9", Skipped: "no Redis server: redis-server: no such file"},
 	}, figs)
 }
 

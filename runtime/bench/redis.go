@@ -32,7 +32,8 @@ func StartRedis() (serverURL string, stop func(), err error) {
 }
 
 // redis measures the Redis figures (redis_vs_get, redis_getrange_vs_get,
-// redis_vs_get_parts, reshard_gbps_redis, auto_regret_redis), or skips
+// redis_vs_get_parts, reshard_gbps_redis, auto_regret_redis,
+// checksum_cost_range_redis), or skips
 // them with the reason no server could be started.
 func (c *case70) redis(ctx context.Context, o *Options) ([]Figure, error) {
 	u, stop, err := o.Redis()
@@ -44,6 +45,7 @@ func (c *case70) redis(ctx context.Context, o *Options) ([]Figure, error) {
 			{Name: "redis_vs_get_parts", Unit: "x", BaselineUnit: "GB/s", Skipped: reason},
 			{Name: "reshard_gbps_redis", Unit: "GB/s", BaselineUnit: "GB/s", Skipped: reason},
 			{Name: "auto_regret_redis", Unit: "x", BaselineUnit: "GB/s", Target: "<= 1.1", Skipped: reason},
+			{Name: "checksum_cost_range_redis", Unit: "x", BaselineUnit: "GB/s", Target: ">= 0.9", Skipped: reason},
 		}, nil
 	}
 	defer stop()
@@ -115,7 +117,11 @@ func (c *case70) redis(ctx context.Context, o *Options) ([]Figure, error) {
 	g := Figure{Name: "reshard_gbps_redis", Value: round(rs.gbps()), Unit: "GB/s", Baseline: round(dr.gbps()), BaselineUnit: "GB/s",
 		Detail: fmt.Sprintf("%d pages from Redis, TP 4/PP 2 rank 0/0: auto %s (%d ops a page); baseline: direct (%d GETRANGEs a page), best of %d turns",
 			len(keys), rs.strategy, rs.ops, dr.ops, regret.turns)}
-	return []Figure{vs, rangesFig, partsFig, g, regret.fig}, nil
+	sums, err := c.checksumRange(ctx, st, "bench-redis-tp1", plan.RedisTransport(), "checksum_cost_range_redis", "Redis")
+	if err != nil {
+		return nil, err
+	}
+	return []Figure{vs, rangesFig, partsFig, g, regret.fig, sums}, nil
 }
 
 // getClient connects to the server of a redis:// URL for the GET

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
+	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
@@ -90,11 +91,12 @@ func (r reading) gbps() float64 { return gbps(r.bytes, r.best) }
 // the first and last pages element by element, and returns the reading
 // without its time and the read to time.
 func (c *case70) reader(ctx context.Context, st store.Store, keys []string, t placement.Topology, rank placement.Rank, opts plan.Options) (reading, func() error, error) {
-	return c.readerWith(ctx, st, keys, t, rank, reshard.ReaderOptions{Plan: opts})
+	return c.readerWith(ctx, st, keys, c.m, t, rank, reshard.ReaderOptions{Plan: opts})
 }
 
-// readerWith is reader with every reader option.
-func (c *case70) readerWith(ctx context.Context, st store.Store, keys []string, t placement.Topology, rank placement.Rank, ro reshard.ReaderOptions) (reading, func() error, error) {
+// readerWith is reader with every reader option, of pages written with
+// manifest m.
+func (c *case70) readerWith(ctx context.Context, st store.Store, keys []string, m *manifest.Manifest, t placement.Topology, rank placement.Rank, ro reshard.ReaderOptions) (reading, func() error, error) {
 	var out reading
 	b, err := plan.BindingFor(c.d, t, rank, c.poolL, len(keys))
 	if err != nil {
@@ -130,7 +132,7 @@ func (c *case70) readerWith(ctx context.Context, st store.Store, keys []string, 
 			return out, nil, fmt.Errorf("tp=%d pp=%d rank %d/%d, after the read: %w", t.TP, t.PP, rank.TP, rank.PP, err)
 		}
 	}
-	tpl, err := rd.Planner().Template(c.m)
+	tpl, err := rd.Planner().Template(m)
 	if err != nil {
 		return out, nil, err
 	}
@@ -248,7 +250,8 @@ func shares(w, n int, f func(i int)) {
 	wg.Wait()
 }
 
-// file measures reshard_gbps_file, auto_regret_file and checksum_cost.
+// file measures reshard_gbps_file, auto_regret_file, checksum_cost and
+// checksum_cost_range.
 func (c *case70) file(ctx context.Context, o *Options) ([]Figure, error) {
 	dir, err := os.MkdirTemp(o.TempDir, "kvreshard-bench-")
 	if err != nil {
@@ -273,47 +276,13 @@ func (c *case70) file(ctx context.Context, o *Options) ([]Figure, error) {
 	if err != nil {
 		return nil, err
 	}
+	ranges, err := c.checksumRange(ctx, st, "bench-file-tp1", plan.FileTransport(), "checksum_cost_range", "the file store")
+	if err != nil {
+		return nil, err
+	}
 	return []Figure{{Name: "reshard_gbps_file", Value: round(rs.gbps()), Unit: "GB/s", Baseline: round(dr.gbps()), BaselineUnit: "GB/s",
 		Detail: fmt.Sprintf("%d pages from the file store (page cache), TP 4/PP 2 rank 0/0: auto %s (%d ops a page); baseline: direct (%d ops a page); best of %d turns",
-			len(keys), rs.strategy, rs.ops, dr.ops, regret.turns)}, regret.fig, sums}, nil
-}
-
-// checksumCost measures checksum_cost: staged reads of the two whole
-// parts a page that hold the resharding reader's bytes (a gap as large as
-// a part is bridged), each part checked against its checksum before its
-// copy, against the same reads with SkipPartChecks, in turns. It checks
-// that the first reader checked every part and the second none.
-func (c *case70) checksumCost(ctx context.Context, st store.Store, keys []string) (Figure, error) {
-	tr := plan.FileTransport()
-	opts := plan.Options{Strategy: plan.Staged, Transport: &tr, MaxGap: c.m.PartBytes(0)}
-	checked, checkedOnce, err := c.readerWith(ctx, st, keys, c.reshard, placement.Rank{}, reshard.ReaderOptions{Plan: opts, CheckParts: true})
-	if err != nil {
-		return Figure{}, err
-	}
-	skipped, skippedOnce, err := c.readerWith(ctx, st, keys, c.reshard, placement.Rank{}, reshard.ReaderOptions{Plan: opts})
-	if err != nil {
-		return Figure{}, err
-	}
-	if checked.ops != 4 || skipped.ops != 2 {
-		return Figure{}, fmt.Errorf("checksum_cost: staged plans of %d and %d ops a page; want the 2 whole parts, and their 2 trailers when checked", checked.ops, skipped.ops)
-	}
-	n := 3 * c.sz.reps
-	var ratio float64
-	if checked.best, skipped.best, ratio, err = pairwiseErr(n, 1, checkedOnce, skippedOnce); err != nil {
-		return Figure{}, err
-	}
-	reads := int64(n + 2) // the turns, the read before them, and pairwise's first
-	if got, want := checked.rd.Stats().PartsChecked, 2*int64(len(keys))*reads; got != want {
-		return Figure{}, fmt.Errorf("checksum_cost: the checking reader checked %d parts; want %d", got, want)
-	}
-	if got := skipped.rd.Stats().PartsChecked; got != 0 {
-		return Figure{}, fmt.Errorf("checksum_cost: the reader that skips checks checked %d parts", got)
-	}
-	f := Figure{Name: "checksum_cost", Value: round(ratio), Unit: "x", Baseline: round(skipped.gbps()), BaselineUnit: "GB/s",
-		Detail: fmt.Sprintf("%d pages from the file store, TP 4/PP 2 rank 0/0, staged reads of the 2 whole parts a page (%d bytes each), every part checked against its checksum (%.2f GB/s of pages), against the same reads with SkipPartChecks; median of %d turns",
-			len(keys), c.m.PartBytes(0), checked.gbps(), n)}
-	atLeast(&f, 0.9)
-	return f, nil
+			len(keys), rs.strategy, rs.ops, dr.ops, regret.turns)}, regret.fig, sums, ranges}, nil
 }
 
 // regretResult is what regret measured: the figure, auto's choice, and

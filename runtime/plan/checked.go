@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/kvreshard/kvreshard/runtime/partsum"
 )
@@ -58,6 +59,7 @@ func (p *Planner) Checked(tpl *Plan) (*Plan, error) {
 		return nil, err
 	}
 	pl.Estimate = p.opts.Transport.Estimate(pl)
+	pl.Estimates = [Auto]time.Duration{Staged: pl.Estimate}
 	return pl, nil
 }
 
@@ -133,7 +135,7 @@ func verifyChecked(pl *Plan, partBytes []int) error {
 		}
 		for _, b := range checks {
 			lo, hi := b.First*partsum.Block, min((b.First+b.N)*partsum.Block, n)
-			if b.N < 1 || lo < r.Src || hi > r.Src+r.Len {
+			if b.N < 1 || b.First+b.N > partsum.Blocks(n) || lo < r.Src || hi > r.Src+r.Len {
 				return fmt.Errorf("%w: read %d ([%d,%d) of part %d) checks blocks [%d,%d), outside it", ErrBounds, i, r.Src, r.Src+r.Len, r.Part, b.First, b.First+b.N)
 			}
 		}

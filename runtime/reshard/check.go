@@ -10,16 +10,16 @@ import (
 
 // checkJob is one check of the bytes of a page before any of them is
 // copied into the pool (package partsum): the root of a part's trailer
-// against the page's key and manifest, a run of a part's checksum blocks
-// against the part's sums, or a whole part lent by a store.Viewer.
+// against the page's key and manifest, the checksum blocks a staged read
+// holds against the part's sums, or a whole part lent by a store.Viewer.
 type checkJob struct {
-	page  int
-	part  int
-	kind  checkKind
-	n     int    // the part's data bytes
-	first int    // checkBlocks: the block src starts at
-	src   []byte // the trailer, the blocks, or the lent part (data and trailer)
-	sums  []byte // checkBlocks: the part's sums, from a trailer checked in the same batch
+	page int
+	part int
+	kind checkKind
+	n    int    // the part's data bytes
+	read int    // checkBlocks: the read of the page's plan
+	src  []byte // the trailer, the read's staged bytes, or the lent part (data and trailer)
+	sums []byte // checkBlocks: the part's sums, from a trailer checked in the same batch
 }
 
 type checkKind uint8
@@ -37,7 +37,16 @@ func (x *exec) check(j *checkJob) error {
 	case checkRoot:
 		return partsum.CheckTrailer(key, mk, j.part, j.n, j.src)
 	case checkBlocks:
-		return partsum.CheckBlocks(j.part, j.n, j.sums, j.first, j.src)
+		t := x.tpls[j.page]
+		src := t.Reads[j.read].Src
+		for _, c := range t.ReadChecks(j.read) {
+			lo := c.First*partsum.Block - src
+			hi := min((c.First+c.N)*partsum.Block, j.n) - src
+			if err := partsum.CheckBlocks(j.part, j.n, j.sums, c.First, j.src[lo:hi]); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	if len(j.src) != partsum.Size(j.n) {
 		return fmt.Errorf("part %d: %d bytes lent, not the %d of its data and checksums: %w", j.part, len(j.src), partsum.Size(j.n), partsum.ErrMismatch)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/kvreshard/kvreshard/runtime/partsum"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
@@ -238,19 +237,15 @@ func (x *exec) queueRoots(i int) {
 	}
 }
 
-// queueBlocks queues the checks of the checksum blocks that staged read k
-// of checked page i holds, in staged, against the sums of its part.
+// queueBlocks queues the check of the checksum blocks that staged read k
+// of checked page i holds, in staged, against the sums of its part: one
+// job a read, however many runs of blocks it checks.
 func (x *exec) queueBlocks(i, k int, staged []byte) {
 	t := x.tpls[i]
 	rd := &t.Reads[k]
 	tr := &t.Trailers[t.Trailer(rd.Part)]
 	sums := x.sums[x.sumAt[i]+tr.Stage:][:tr.Len-8]
-	n := tr.Src
-	for _, c := range t.ReadChecks(k) {
-		lo := c.First*partsum.Block - rd.Src
-		hi := min((c.First+c.N)*partsum.Block, n) - rd.Src
-		x.queueCheck(checkJob{page: i, part: int(rd.Part), kind: checkBlocks, n: n, first: c.First, src: staged[lo:hi], sums: sums})
-	}
+	x.queueCheck(checkJob{page: i, part: int(rd.Part), kind: checkBlocks, n: tr.Src, read: k, src: staged, sums: sums})
 }
 
 // view queues the copies of staged page i straight from the parts the

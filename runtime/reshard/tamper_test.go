@@ -115,11 +115,14 @@ type tamper struct {
 	store.Store
 	mu    sync.Mutex
 	parts map[partID]store.PartWrite // what was written, data gathered
-	// flip flips byte 0 of the parts it names, after the writer computed
-	// their checksums; claim writes the parts of the keys it names under
-	// another manifest key, keeping their checksums.
-	flip  map[partID]bool
-	claim map[string]string
+	// flip flips the byte at the offset it gives of the stored bytes (data
+	// and checksums) of the parts it names, after the writer computed their
+	// checksums; claim writes the parts of the keys it names under another
+	// manifest key, keeping their checksums; copyFrom writes the parts it
+	// names with the bytes written before for the same part of another key.
+	flip     map[partID]int
+	claim    map[string]string
+	copyFrom map[partID]string
 }
 
 type partID struct {
@@ -136,7 +139,7 @@ func (t tamperViewer) ViewPart(ctx context.Context, key string, part int, manife
 
 // newTamper wraps st; the result lends parts when st does.
 func newTamper(st store.Store) (store.Store, *tamper) {
-	tp := &tamper{Store: st, parts: map[partID]store.PartWrite{}, flip: map[partID]bool{}, claim: map[string]string{}}
+	tp := &tamper{Store: st, parts: map[partID]store.PartWrite{}, flip: map[partID]int{}, claim: map[string]string{}, copyFrom: map[partID]string{}}
 	if _, ok := st.(store.Viewer); ok {
 		return tamperViewer{tp}, tp
 	}
@@ -150,9 +153,12 @@ func (tp *tamper) WriteParts(ctx context.Context, ws []store.PartWrite) []error 
 		data := bytes.Join(w.Data, nil)
 		w.Data = [][]byte{data}
 		tp.parts[partID{w.Key, w.Part}] = w
-		if tp.flip[partID{w.Key, w.Part}] {
-			data = bytes.Clone(data)
-			data[0] ^= 0x40
+		if from, ok := tp.copyFrom[partID{w.Key, w.Part}]; ok {
+			w.Data = tp.parts[partID{from, w.Part}].Data
+		}
+		if off, ok := tp.flip[partID{w.Key, w.Part}]; ok {
+			data = bytes.Clone(w.Data[0])
+			data[off] ^= 0x40
 			w.Data = [][]byte{data}
 		}
 		if m, ok := tp.claim[w.Key]; ok {
