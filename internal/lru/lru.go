@@ -1,6 +1,6 @@
 // Package lru is a bounded, concurrency-safe cache that evicts the least
 // recently used entry: the planner keeps its templates in one, the reader
-// its manifests.
+// its manifests, the engine store the commits of pages.
 package lru
 
 import (
@@ -61,4 +61,14 @@ func (c *Cache[V]) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.order.Len()
+}
+
+// Remove drops the entry under key, if any.
+func (c *Cache[V]) Remove(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[key]; ok {
+		c.order.Remove(e)
+		delete(c.items, key)
+	}
 }

@@ -27,3 +27,19 @@ func TestEvictsLeastRecentlyUsed(t *testing.T) {
 	require.Equal(t, 10, v)
 	require.Equal(t, 1, New[string](0).max, "a bound below one holds one entry")
 }
+
+func TestRemove(t *testing.T) {
+	c := New[int](2)
+	c.Put("a", 1)
+	c.Put("b", 2)
+	c.Remove("a")
+	c.Remove("missing")
+	_, ok := c.Get("a")
+	require.False(t, ok)
+	require.Equal(t, 1, c.Len())
+	c.Put("c", 3)
+	c.Put("d", 4) // evicts b, not a dropped entry's ghost
+	_, ok = c.Get("b")
+	require.False(t, ok)
+	require.Equal(t, 2, c.Len())
+}

@@ -54,6 +54,7 @@ type exec struct {
 	views  [][]byte // the reads of a page a store lends (view)
 	sums   []byte   // the trailers of the parts of checked plans, page after page
 	sumAt  []int    // where each page's trailers start in sums
+	sumBuf []byte   // the buffer of sums, to give back
 
 	q     batch      // the checks and copies queued
 	fly   batch      // those in flight, when flying
@@ -114,10 +115,13 @@ func (r *Reader) newExec(ctx context.Context, tpls []*plan.Plan, keys []string, 
 	x := &exec{r: r, ctx: ctx, tpls: tpls, keys: keys, slots: slots, regions: regions,
 		bufs: b, ranges: b.ranges[:0], segs: b.segs[:0], q: b.q, fly: b.fly, delta: make([]int, len(regions))}
 	if nsum > 0 {
-		if cap(b.sums) < nsum {
-			b.sums = make([]byte, nsum)
+		sums, err := r.buffers.get(nsum)
+		if err != nil {
+			x.err = err
+			return x
 		}
-		x.sums, x.sumAt = b.sums[:nsum], make([]int, len(tpls))
+		x.sums, x.sumAt = sums[:nsum], make([]int, len(tpls))
+		x.sumBuf = sums
 		at := 0
 		for i, t := range tpls {
 			x.sumAt[i] = at
@@ -129,13 +133,11 @@ func (r *Reader) newExec(ctx context.Context, tpls []*plan.Plan, keys []string, 
 	return x
 }
 
-// execBufs are the ranges, segments, copies and trailers of a request,
-// reused by the next (a large request has a range or segment per run of
-// every page).
+// execBufs are the ranges, segments and copies of a request, reused by
+// the next (a large request has a range or segment per run of every page).
 type execBufs struct {
 	ranges []store.Range
 	segs   [][]byte
-	sums   []byte
 	q, fly batch
 }
 
@@ -157,11 +159,13 @@ func (x *exec) add(i int) bool {
 			return x.view(v, i, mk)
 		}
 		if x.stage == nil {
-			x.stage = x.r.stages.Get().(*[]byte)
 			need, half := x.stageNeed()
-			if len(*x.stage) < need {
-				*x.stage = make([]byte, need)
+			stage, err := x.r.buffers.get(need)
+			if err != nil {
+				x.err = err
+				return false
 			}
+			x.stage = &stage
 			x.half, x.lo, x.hi = half, 0, len(*x.stage)
 			if half > 0 {
 				x.hi = half
@@ -563,15 +567,19 @@ func (b *batch) dropFrom(p int) {
 	b.checks = b.checks[:n]
 }
 
-// release returns the staging buffer and the range, segment and copy
+// release returns the staging and trailer buffers (to the store, when the
+// read failed and they are the store's) and the range, segment and copy
 // buffers, which drop their references to the pool first (run clears the
 // copies), once no batch is in flight (the last flush settled it).
 func (x *exec) release() {
 	_ = x.settle()
+	failed := x.err != nil
 	if x.stage != nil {
-		x.r.stages.Put(x.stage)
+		x.r.buffers.put(*x.stage, failed)
 		x.stage = nil
 	}
+	x.r.buffers.put(x.sumBuf, failed)
+	x.sumBuf = nil
 	clear(x.ranges)
 	clear(x.segs)
 	x.q.dropFrom(0)

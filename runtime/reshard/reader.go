@@ -86,10 +86,10 @@ type Reader struct {
 	// lent holds the parts lent by a store.Viewer that passed their check.
 	lent lentChecked
 
-	// stages holds staging buffers, at most the planner's staging bound,
-	// one per Read in progress that has staged plans; bufs the ranges and
+	// buffers holds staging and trailer buffers; bufs the ranges and
 	// segments of a Read.
-	stages, bufs sync.Pool
+	buffers buffers
+	bufs    sync.Pool
 }
 
 // NewReader returns a reader of pages of the model domain into a pool
@@ -110,7 +110,7 @@ func NewReader(st store.Store, domain string, d *manifest.Descriptor, b plan.Bin
 	}
 	r := &Reader{st: st, domain: domain, planner: p, opts: opts, manifests: lru.New[*manifest.Manifest](opts.Manifests),
 		checkPlans: lru.New[checkPlan](p.Options().Templates)}
-	r.stages.New = func() any { return new([]byte) }
+	r.buffers.alloc, _ = st.(store.Allocator)
 	r.bufs.New = func() any { return new(execBufs) }
 	return r, nil
 }
@@ -191,7 +191,7 @@ func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [
 	x := r.newExec(ctx, tpls, keys, slots, regions)
 	defer x.release()
 	for i := range tpls {
-		if !x.add(i) {
+		if x.err != nil || !x.add(i) {
 			break
 		}
 	}

@@ -259,6 +259,26 @@ type Viewer interface {
 	ViewPart(ctx context.Context, key string, part int, manifest string) ([]byte, error)
 }
 
+// Allocator is implemented by a store whose transfers want memory
+// registered with it (an object engine's, such as Mooncake's): Alloc
+// returns n bytes of memory it mapped and registered, outside the Go heap,
+// valid until Free or the store's Close. A reader takes its staging and
+// checksum buffers from it, so that staged reads land in registered
+// memory without a copy.
+type Allocator interface {
+	Alloc(n int) ([]byte, error)
+	Free(b []byte)
+}
+
+// Registrar is implemented by a store whose transfers want memory
+// registered with it: Register registers memory the caller keeps (a
+// rank's host pool) until Unregister, so that reads into it and writes
+// from it need no copy. The memory must stay valid until Unregister.
+type Registrar interface {
+	Register(b []byte) error
+	Unregister(b []byte) error
+}
+
 // Opener opens a store from a parsed URL.
 type Opener func(ctx context.Context, u *url.URL) (Store, error)
 
