@@ -156,12 +156,32 @@ func enterBatch[T caller](h C.uint64_t, kind, missing string, keys *C.char, offs
 //export kvrgoSetMaxProcs
 func kvrgoSetMaxProcs(n C.int32_t, prev *C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, nil, 0)
-	old := runtime.GOMAXPROCS(int(n))
-	if prev != nil {
+	old, e := setMaxProcs(int(n))
+	if e == nil && prev != nil {
 		*prev = C.int32_t(old)
 	}
-	return kvrOK
+	return C.int(codeOf(e))
 }
+
+// setMaxProcs sets GOMAXPROCS to n, or only reads it when n <= 0, and
+// returns the cap before the call. An n above maxProcs() changes nothing.
+// kvr_set_max_procs has no message buffer: the header states the bound,
+// and the message is for Go callers and tests.
+func setMaxProcs(n int) (int, error) {
+	if m := maxProcs(); n > m {
+		return 0, invalidf("n is %d; the cap is at most %d (KVR_MAX_PROCS, or the CPUs when more)", n, m)
+	}
+	return runtime.GOMAXPROCS(n), nil
+}
+
+// maxProcs is the most kvr_set_max_procs sets: KVR_MAX_PROCS (1024), or
+// the process's CPUs when there are more, so that the runtime's default
+// cap (at most the CPUs) can always be set again. Every P costs memory,
+// about 15 KB (a cap of 100000 took 1.4 GiB; one of 10^9 was killed for
+// want of memory), and more Ps than CPUs run nothing more at once. 1024 is
+// copy_workers' bound too (maxCopyWorkers), so that copy_workers 0 (the
+// cap) stays within it.
+func maxProcs() int { return max(kvrMaxProcs, runtime.NumCPU()) }
 
 //export kvrgoModelDomain
 func kvrgoModelDomain(m *C.kvr_model, out *C.char, outlen C.size_t, err *C.char, errlen C.size_t) (rc C.int) {

@@ -162,12 +162,24 @@ typedef struct {
  * the header it was built with). Compare it with KVR_ABI_VERSION. */
 int kvr_version(void);
 
+/* The most kvr_set_max_procs sets, unless the process may run on more
+ * CPUs (see there). */
+#define KVR_MAX_PROCS 1024
+
 /* kvr_set_max_procs caps at n the threads that run Go code at once
  * (GOMAXPROCS); n <= 0 only reads the cap. *prev (when prev is not NULL)
  * gets the cap before the call. Call it before opening readers: a reader
  * runs its copies on as many threads as the cap at its open (or at its
  * kvr_reader_set_options). Eight ranks on one host each capped at cores/8
- * do not start a thread per core each. */
+ * do not start a thread per core each.
+ *
+ * n is at most KVR_MAX_PROCS, or the CPUs the process could run on when the
+ * library was loaded when they are more (so that the runtime's default,
+ * which is at most those, can always be set again): a larger n is
+ * KVR_EINVAL, and changes nothing (*prev is not written). Each unit of the
+ * cap costs memory (about 15 KB; a cap of 100000 took 1.4 GiB) and more
+ * than the CPUs run nothing more at once. This function has no message
+ * buffer: the code alone says it. */
 int kvr_set_max_procs(int32_t n, int32_t *prev);
 
 /* kvr_model_domain writes the model domain of *m, 64 lower-case hex digits

@@ -1237,6 +1237,25 @@ static void test_max_procs(void) {
     CHECK(kvr_set_max_procs(0, &prev) == KVR_OK && prev >= 1, "read max procs %d", prev);
     CHECK(kvr_set_max_procs(1, NULL) == KVR_OK, "set max procs 1");
     CHECK(kvr_set_max_procs(0, &now) == KVR_OK && now == 1, "max procs %d after setting 1", now);
+    /* Past the bound (this host has fewer than KVR_MAX_PROCS CPUs): refused,
+     * the cap unchanged and *prev not written. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && cpus < KVR_MAX_PROCS) {
+        static const int32_t over[] = {KVR_MAX_PROCS + 1, 100000, 1000000000, INT32_MAX};
+        for (size_t i = 0; i < sizeof over / sizeof over[0]; i++) {
+            now = -7;
+            int rc = kvr_set_max_procs(over[i], &now);
+            CHECK(rc == KVR_EINVAL && now == -7, "max procs %d: code %d, *prev %d", over[i], rc, now);
+            if (rc == KVR_OK) {
+                kvr_set_max_procs(1, NULL);
+                break; /* unbounded: a larger cap could exhaust memory */
+            }
+            CHECK(kvr_set_max_procs(0, &now) == KVR_OK && now == 1, "max procs %d after refusing %d", now, over[i]);
+        }
+        CHECK(kvr_set_max_procs(KVR_MAX_PROCS, &now) == KVR_OK && now == 1, "set max procs KVR_MAX_PROCS");
+        CHECK(kvr_set_max_procs(0, &now) == KVR_OK && now == KVR_MAX_PROCS, "max procs %d, want KVR_MAX_PROCS", now);
+        CHECK(kvr_set_max_procs(1, NULL) == KVR_OK, "set max procs 1 again");
+    }
     CHECK(kvr_set_max_procs(prev, &now) == KVR_OK && now == 1, "restore max procs");
 }
 
