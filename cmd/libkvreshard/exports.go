@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -25,21 +26,32 @@ import (
 // recovers from any panic (KVR_EINTERNAL): no panic crosses the boundary.
 
 // putMsg writes msg, NUL-terminated and truncated at a UTF-8 boundary to
-// fit errlen bytes, into err (nothing when err is NULL or errlen 0).
+// fit errlen bytes, into err (nothing when err is NULL or errlen 0), as
+// fitMsg makes it.
 func putMsg(err *C.char, errlen C.size_t, msg string) {
 	if err == nil || errlen == 0 {
 		return
 	}
+	msg = fitMsg(msg, uint64(errlen))
+	b := unsafe.Slice((*byte)(unsafe.Pointer(err)), len(msg)+1)
+	copy(b, msg)
+	b[len(msg)] = 0
+}
+
+// fitMsg returns msg as putMsg writes it into errlen >= 1 bytes, less its
+// final NUL: a NUL byte in msg (of a store's error, say) as the four
+// characters \x00, so that C does not read the message as ending there,
+// then truncated at a UTF-8 boundary to errlen-1 bytes.
+func fitMsg(msg string, errlen uint64) string {
+	msg = strings.ReplaceAll(msg, "\x00", `\x00`)
 	n := len(msg)
-	if uint64(n) >= uint64(errlen) {
+	if uint64(n) >= errlen {
 		n = int(errlen) - 1
 		for n > 0 && !utf8.RuneStart(msg[n]) {
 			n--
 		}
 	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(err)), n+1)
-	copy(b, msg[:n])
-	b[n] = 0
+	return msg[:n]
 }
 
 // finish writes err's message (or msg on success) and returns its code.

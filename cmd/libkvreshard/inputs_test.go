@@ -35,3 +35,51 @@ func TestSetMaxProcsBound(t *testing.T) {
 	require.NoError(t, err, "the runtime's default cap can be set again")
 	require.Equal(t, 1, old)
 }
+
+// A key with a NUL byte is refused, naming its index, before '_' is
+// looked for; the first bad key is named.
+func TestKeysNUL(t *testing.T) {
+	for _, c := range []struct {
+		buf  string
+		offs []int64
+		msg  string
+	}{
+		{"ab\x00cd", []int64{0, 1, 4, 5}, "key 1 contains a NUL byte"},
+		{"\x00", []int64{0, 1}, "key 0 contains a NUL byte"},
+		{"a_\x00", []int64{0, 3}, "key 0 contains a NUL byte"},
+		{"a_b\x00", []int64{0, 2, 4}, `key 0 "a_" contains '_'; a key is the page's hash, without '_'`},
+		{"ab\x00_", []int64{0, 2, 4}, "key 1 contains a NUL byte"},
+	} {
+		_, err := storeKeys([]byte(c.buf), c.offs, "dom")
+		require.EqualError(t, err, c.msg, "%q", c.buf)
+		require.Equal(t, kvrEInval, codeOf(err))
+	}
+	// Any other byte may be in a key.
+	ks, err := storeKeys([]byte("\x01\n\xff/é"), []int64{0, 2, 3, 6}, "dom")
+	require.NoError(t, err)
+	require.Equal(t, []string{"kvreshard_\x01\n_dom", "kvreshard_\xff_dom", "kvreshard_/é_dom"}, ks)
+}
+
+// fitMsg never lets a NUL byte cut a message short in C: it is written as
+// \x00; then the message is truncated at a UTF-8 boundary to fit.
+func TestFitMsg(t *testing.T) {
+	for _, c := range []struct {
+		msg    string
+		errlen uint64
+		want   string
+	}{
+		{"", 1, ""},
+		{"abc", 1, ""},
+		{"abc", 3, "ab"},
+		{"abc", 4, "abc"},
+		{"abc", 1 << 40, "abc"},
+		{"page missing or incomplete: kvreshard_a\x00b_dom", 100, `page missing or incomplete: kvreshard_a\x00b_dom`},
+		{"\x00\x00", 100, `\x00\x00`},
+		{"a\x00", 4, `a\x`},
+		{"hé", 3, "h"},
+		{"hé", 4, "hé"},
+		{"€x", 3, ""},
+	} {
+		require.Equal(t, c.want, fitMsg(c.msg, c.errlen), "%q in %d bytes", c.msg, c.errlen)
+	}
+}
