@@ -47,6 +47,7 @@ releases the GIL.
 import array
 import ctypes
 import enum
+import os
 from itertools import accumulate
 from collections import namedtuple
 
@@ -114,13 +115,39 @@ def set_max_procs(n):
     """Cap the Go runtime's threads running Go code (GOMAXPROCS) at n and
     return the previous cap; n <= 0 only returns it. One runtime runs per
     process: cap it so that eight ranks on one host do not each start a
-    thread per core."""
+    thread per core.
+
+    n is at most 1024 (the C API's KVR_MAX_PROCS), or the CPUs this
+    process may run on when there are more: a larger n is InvalidArgument
+    (a ValueError) and changes nothing. A cap past the CPUs runs nothing
+    more at once, and each unit of it costs the Go runtime memory (about
+    15 KB: a cap of 100000 took 1.4 GiB)."""
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError("kvreshard: set_max_procs: n must be an int, not %s" % type(n).__name__)
+    n = n.__index__()
+    bound = _max_procs()
+    if n > bound:
+        raise InvalidArgument("kvreshard: set_max_procs: n=%d is more than %d, the bound of GOMAXPROCS "
+                              "(1024, or the CPUs when more)" % (n, bound), _lib.EINVAL)
     n = _int32("set_max_procs: n", n, lo=-_I32)
     prev = ctypes.c_int32()
     code = _lib.lib().kvr_set_max_procs(n, ctypes.byref(prev))
     if code != _lib.OK:
         raise _lib.error(code, "kvreshard: set_max_procs(%d) failed" % n)
     return prev.value
+
+
+_MAX_PROCS = 1024  # KVR_MAX_PROCS
+
+
+def _max_procs():
+    """The library's bound of set_max_procs: _MAX_PROCS, or the CPUs this
+    process may run on (as Go's runtime.NumCPU counts them) when more."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(_MAX_PROCS, cpus)
 
 
 def _int32(what, v, lo=0):
