@@ -423,7 +423,9 @@ _EMPTY_OFFSETS = array.array("q", [0])
 
 
 def _keys(keys):
-    """keys as one buffer and n+1 offsets."""
+    """keys, any iterable of str (read once), as one buffer and n+1
+    offsets. A key with a NUL byte is refused here, in the library's words
+    (the library refuses it too, and '_' and empty keys)."""
     if isinstance(keys, (str, bytes)):
         raise TypeError("kvreshard: keys must be a sequence of str, not one %s" % type(keys).__name__)
     if not isinstance(keys, (list, tuple)):
@@ -435,6 +437,9 @@ def _keys(keys):
     except TypeError:
         bad = next(k for k in keys if not isinstance(k, str))
         raise TypeError("kvreshard: keys must be str, not %s" % type(bad).__name__) from None
+    if "\0" in s:
+        i = next(i for i, k in enumerate(keys) if "\0" in k)
+        raise InvalidArgument("kvreshard: key %d contains a NUL byte" % i, _lib.EINVAL)
     b = s.encode("utf-8")
     if len(b) == len(s):  # ASCII (page hashes are hex): str lengths are byte lengths
         return b, array.array("q", accumulate(map(len, keys), initial=0)), len(keys)

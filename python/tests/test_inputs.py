@@ -93,3 +93,67 @@ def test_c_refuses_max_procs_past_the_bound():
         assert f(1024, ctypes.byref(out)) == _lib.OK and out.value == before
     finally:
         kv.set_max_procs(before)
+
+
+# keys with a NUL byte
+
+
+def test_nul_keys_are_refused():
+    p, comps = pool()
+    fill(comps, ["k0", "k1"])
+    with kv.Store("mem://inputs-nul") as st:
+        with kv.Writer(st, model(), kv.Placement(1, 1), p) as w:
+            for keys, i in ((["k0", "k\0"], 1), (["\0", "k1"], 0), (iter(["k0", "k1", "a\0b"]), 2),
+                            (["k0", "a_b\0"], 1)):
+                with pytest.raises(ValueError) as e:
+                    w.write(keys, [0, 1, 2][:3 if i == 2 else 2])
+                assert type(e.value) is kv.InvalidArgument and e.value.code == _lib.EINVAL
+                assert str(e.value) == "kvreshard: key %d contains a NUL byte" % i
+            assert w.stats().requests == 0 and w.stats().pages == 0
+            assert w.write(["k0", "k1"], [0, 1]) == [kv.WriteStatus.WRITTEN] * 2
+        with kv.Reader(st, model(), kv.Placement(1, 1), pool()[0]) as r:
+            with pytest.raises(kv.InvalidArgument, match="^kvreshard: key 1 contains a NUL byte$"):
+                r.exists(["k0", "k1\0"])
+            with pytest.raises(kv.InvalidArgument, match="^kvreshard: key 2 contains a NUL byte$"):
+                r.read(("k0", "k1", "\0"), [0, 1, 2])
+            assert r.stats().requests == 0
+            # '_' is the library's to refuse, as before
+            with pytest.raises(kv.InvalidArgument) as e:
+                r.exists(["k0", "a_b"])
+            assert str(e.value) == "key 1 \"a_b\" contains '_'; a key is the page's hash, without '_'"
+            assert r.exists(["k0", "k1"]) == 2
+
+
+def test_c_refuses_nul_keys():
+    """The library's own check, for C callers: keys packed by hand."""
+    p, comps = pool()
+    fill(comps, ["a", "d"])
+    kb = b"ab\0cd"
+    off = array.array("q", [0, 1, 4, 5])
+    slots = array.array("q", [0, 1, 2])
+    err = _lib.errbuf()
+    with kv.Store("mem://inputs-cnul") as st:
+        with kv.Writer(st, model(), kv.Placement(1, 1), p) as w:
+            status = ctypes.create_string_buffer(b"\xee" * 3, 3)
+            code = w._write(w._handle(), kb, off.buffer_info()[0], slots.buffer_info()[0], 3, status, err,
+                            _lib.ERRLEN)
+            assert (code, err.value) == (_lib.EINVAL, b"key 1 contains a NUL byte")
+            assert status.raw == b"\xee" * 3
+        with kv.Reader(st, model(), kv.Placement(1, 1), pool()[0]) as r:
+            n = ctypes.c_int64(-7)
+            code = r._exists(r._handle(), kb, off.buffer_info()[0], 3, ctypes.byref(n), err, _lib.ERRLEN)
+            assert (code, err.value, n.value) == (_lib.EINVAL, b"key 1 contains a NUL byte", -7)
+            res = _lib.CReadResult(-7, -7, -7, -7)
+            code = r._read(r._handle(), kb, off.buffer_info()[0], slots.buffer_info()[0], 3, ctypes.byref(res),
+                           err, _lib.ERRLEN)
+            assert (code, err.value, res.hit) == (_lib.EINVAL, b"key 1 contains a NUL byte", -7)
+
+
+def test_miss_messages_are_whole():
+    """Keys may hold any byte but NUL and '_': a miss names the whole key."""
+    with kv.Store("mem://inputs-miss") as st, kv.Reader(st, model(), kv.Placement(1, 1), pool()[0]) as r:
+        domain = model().domain()
+        for key in ("\x01\n\x7f", "clé\tx", "a" * 200):
+            res = r.read([key], [0])
+            assert (res.hit, res.stop) == (0, kv.Stop.MISS)
+            assert res.message == "page missing or incomplete: kvreshard_%s_%s" % (key, domain)
