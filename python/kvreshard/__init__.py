@@ -448,19 +448,26 @@ def _keys(keys):
 
 
 def _slots(slots, n):
-    """slots as an address of n int64 values, and what keeps them alive."""
+    """slots as an address of n int64 values, and what keeps them alive.
+    slots is any iterable of ints, read once; a numpy array of integers is
+    converted at once, without a loop in Python."""
     if n == 0 and isinstance(slots, (list, tuple)) and not slots:
         return None, None
     np = _numpy()
-    if np is not None and isinstance(slots, np.ndarray):
+    if np is not None and isinstance(slots, np.ndarray) and slots.dtype.kind != "O":
         if slots.dtype.kind not in "iu":
             raise TypeError("kvreshard: slots must be integers, not %s" % slots.dtype)
-        a = np.ascontiguousarray(slots, dtype=np.int64)
-        if a.ndim != 1:
+        # before ascontiguousarray, which makes a 0-d array 1-d
+        if slots.ndim != 1:
             raise InvalidArgument("kvreshard: slots must be one-dimensional", _lib.EINVAL)
+        a = np.ascontiguousarray(slots, dtype=np.int64)
         if len(a) != n:
             raise InvalidArgument("kvreshard: %d keys but %d slots" % (n, len(a)), _lib.EINVAL)
         return a.ctypes.data if n else None, a
+    if isinstance(slots, (bytes, bytearray)):
+        # array.array would read their bytes as raw int64 values, not as
+        # the ints they hold
+        slots = iter(slots)
     try:
         a = array.array("q", slots)
     except TypeError:
@@ -515,7 +522,9 @@ class Writer(_Handle):
 
     def write(self, keys, slots):
         """Write page keys[i] from pool slot slots[i]; one WriteStatus per
-        page. Raises only for bad arguments or a failed batch query."""
+        page. keys is any iterable of str, slots any iterable of ints (a
+        numpy array too), each read once. Raises only for bad arguments or
+        a failed batch query."""
         kb, off, n = _keys(keys)
         sp, keep = _slots(slots, n)
         st = ctypes.create_string_buffer(n or 1)
@@ -578,7 +587,8 @@ class Reader(_Handle):
         self._res = _lib.CReadResult
 
     def exists(self, keys):
-        """How many leading pages of keys are complete in the store."""
+        """How many leading pages of keys (any iterable of str, read once)
+        are complete in the store."""
         kb, off, n = _keys(keys)
         out = ctypes.c_int64()
         err = _lib.errbuf()
@@ -589,8 +599,9 @@ class Reader(_Handle):
 
     def read(self, keys, slots):
         """Read the leading run of complete pages keys[i] into pool slots
-        slots[i]. Misses, the budget and failed reads are results: see
-        ReadResult.stop. Raises only for bad arguments."""
+        slots[i] (keys and slots as Writer.write takes them). Misses, the
+        budget and failed reads are results: see ReadResult.stop. Raises
+        only for bad arguments."""
         kb, off, n = _keys(keys)
         sp, keep = _slots(slots, n)
         res = self._res()

@@ -157,3 +157,55 @@ def test_miss_messages_are_whole():
             res = r.read([key], [0])
             assert (res.hit, res.stop) == (0, kv.Stop.MISS)
             assert res.message == "page missing or incomplete: kvreshard_%s_%s" % (key, domain)
+
+
+# keys and slots as any iterable
+
+
+def test_keys_and_slots_of_any_iterable():
+    keys = ["k0", "k1", "k2"]
+    p, comps = pool()
+    pages = fill(comps, keys)
+    with kv.Store("mem://inputs-iter") as st:
+        with kv.Writer(st, model(), kv.Placement(1, 1), p) as w:
+            W = kv.WriteStatus.WRITTEN
+            assert w.write((k for k in keys[:1]), (s for s in [0])) == [W]
+            assert w.write(Once(keys[1:2]), Once([1])) == [W]
+            assert w.write(dict.fromkeys(keys[2:]).keys(), map(int, "2")) == [W]
+            assert w.write(iter([]), iter([])) == []
+            assert w.write(Once(keys), np.arange(3)) == [kv.WriteStatus.COMPLETE] * 3
+        dst, dcomps = pool()
+        with kv.Reader(st, model(), kv.Placement(1, 1), dst) as r:
+            assert r.exists(k for k in keys) == 3
+            assert r.exists(Once(keys)) == 3
+            assert r.exists(iter(keys[:0])) == 0
+            assert r.read((k for k in keys), (s for s in [2, 1, 0])).hit == 3
+            for k, s in zip(keys, [2, 1, 0]):
+                o.check_slot(dcomps, "page_first", s, SP, pages[k], (0, 4), (0, 2))
+            assert r.read(Once(keys), Once([0, 1, 2])).hit == 3
+            assert r.read(iter(keys[:2]), np.array([3, 2], dtype=np.uint8)).hit == 2
+            # an object array, bytes and bytearray hold ints: those are the slots
+            assert r.read(keys[:2], np.array([1, 0], dtype=object)).hit == 2
+            assert r.read(keys, bytes([0, 3, 1])).hit == 3
+            for k, s in zip(keys, [0, 3, 1]):
+                o.check_slot(dcomps, "page_first", s, SP, pages[k], (0, 4), (0, 2))
+            assert r.read(keys[:2], bytearray([2, 0])).hit == 2
+            with pytest.raises(kv.InvalidArgument, match="^kvreshard: 2 keys but 3 slots$"):
+                r.read((k for k in keys[:2]), (s for s in [0, 1, 2]))
+            with pytest.raises(kv.InvalidArgument, match="^kvreshard: 1 keys but 8 slots$"):
+                r.read(keys[:1], bytes(8))
+            with pytest.raises(TypeError, match="^kvreshard: slots must be a sequence of int$"):
+                r.read(keys[:1], np.array([None], dtype=object))
+            with pytest.raises(kv.InvalidArgument, match="^kvreshard: slots must be one-dimensional$"):
+                r.read(keys[:1], np.array(0))
+
+
+def test_numpy_slots_stay_arrays():
+    """A numpy array of slots is converted by numpy, not element by element."""
+    a = np.arange(5, dtype=np.int32)[::-1]
+    addr, keep = kv._slots(a, 5)
+    assert isinstance(keep, np.ndarray) and keep.dtype == np.int64 and addr == keep.ctypes.data
+    assert keep.tolist() == [4, 3, 2, 1, 0]
+    b = np.arange(3, dtype=np.int64)
+    addr, keep = kv._slots(b, 3)
+    assert keep is b and addr == b.ctypes.data
