@@ -114,6 +114,14 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// readJSON is what read --json prints. Verified is always there: true
+// only when --verify was given, every page read verified and the read did
+// not fail (it exits 0); false without --verify, when a page did not
+// verify (Error names it) or when the read failed (Stop says why: the
+// store, a manifest, a checksum), whatever the pages before verified. A
+// read that stops at a miss or at the prefetch budget, a cache's answer,
+// has verified the pages it read (Hit of Requested): as the text output's
+// "verified every element of N pages", Verified is true then.
 type readJSON struct {
 	Requested int     `json:"requested"`
 	Hit       int     `json:"hit"`
@@ -137,7 +145,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	verify := fs.Bool("verify", false, "verify every restored element")
 	strategy := fs.String("strategy", "auto", "how to move the bytes: direct, scatter, staged or auto (the store's cost model chooses)")
 	costs := fs.String("costs", "", "cost models `file` from bench --calibrate --out (default: the configured ones)")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
+	asJSON := fs.Bool("json", false, `print the result as JSON ("verified": --verify verified every page read, and the read did not fail)`)
 	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts")
 	workers := intFlag(fs, "copy-workers", 0, "`goroutines` that run the copies of staged pages (0: GOMAXPROCS)")
 	checkParts := fs.Bool("check-parts", false, "read every part whole and check its checksum before using it (without it, only reads that fetch a whole part are checked)")
@@ -204,21 +212,23 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	elapsed := time.Since(start)
-	out := readJSON{Requested: len(keys), Hit: res.Hit, Verified: *verify, Bytes: res.Bytes, Ops: res.Ops,
+	out := readJSON{Requested: len(keys), Hit: res.Hit, Bytes: res.Bytes, Ops: res.Ops,
 		Seconds: elapsed.Seconds(), GBps: gbps(res.Bytes, elapsed), Fallbacks: rd.Stats().Fallbacks}
 	if res.Stop != nil {
 		out.Stop = res.Stop.Error()
 	}
+	bad := false // a page read did not verify
 	if *verify {
 		for i := 0; i < res.Hit; i++ {
 			if err := content.Verify(rd.Geometry(), regions, i, content.Seed(keys[i])); err != nil {
-				out.Verified = false
+				bad = true
 				out.Error = fmt.Sprintf("page %d (%s): %v", i, keys[i], err)
 				break
 			}
 		}
 	}
 	failed := res.Stop != nil && !missed(res.Stop)
+	out.Verified = *verify && !bad && !failed
 	if *asJSON {
 		if err := json.NewEncoder(stdout).Encode(out); err != nil {
 			return err
@@ -229,11 +239,11 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 		if out.Stop != "" {
 			fmt.Fprintf(stdout, "stopped: %s\n", out.Stop)
 		}
-		if *verify && out.Verified && out.Hit > 0 && !failed {
+		if out.Verified && out.Hit > 0 {
 			fmt.Fprintf(stdout, "verified every element of %s\n", plural(out.Hit, "page"))
 		}
 	}
-	if *verify && !out.Verified {
+	if bad {
 		if !*asJSON {
 			fmt.Fprintf(stderr, "kvreshard read: %s\n", out.Error)
 		}

@@ -33,6 +33,8 @@ const (
 	kvrStopCanceled = 3
 	kvrStopManifest = 4
 	kvrStopFailed   = 5
+
+	kvrMaxProcs = 1024
 )
 
 // headerConstants names each constant as kvreshard.h does.
@@ -47,6 +49,8 @@ var headerConstants = map[string]int{
 
 	"KVR_STOP_NONE": kvrStopNone, "KVR_STOP_MISS": kvrStopMiss, "KVR_STOP_BUDGET": kvrStopBudget,
 	"KVR_STOP_CANCELED": kvrStopCanceled, "KVR_STOP_MANIFEST": kvrStopManifest, "KVR_STOP_FAILED": kvrStopFailed,
+
+	"KVR_MAX_PROCS": kvrMaxProcs,
 }
 
 // apiError is an error with the code the C function returns for it.

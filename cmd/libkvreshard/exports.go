@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -25,21 +26,32 @@ import (
 // recovers from any panic (KVR_EINTERNAL): no panic crosses the boundary.
 
 // putMsg writes msg, NUL-terminated and truncated at a UTF-8 boundary to
-// fit errlen bytes, into err (nothing when err is NULL or errlen 0).
+// fit errlen bytes, into err (nothing when err is NULL or errlen 0), as
+// fitMsg makes it.
 func putMsg(err *C.char, errlen C.size_t, msg string) {
 	if err == nil || errlen == 0 {
 		return
 	}
+	msg = fitMsg(msg, uint64(errlen))
+	b := unsafe.Slice((*byte)(unsafe.Pointer(err)), len(msg)+1)
+	copy(b, msg)
+	b[len(msg)] = 0
+}
+
+// fitMsg returns msg as putMsg writes it into errlen >= 1 bytes, less its
+// final NUL: a NUL byte in msg (of a store's error, say) as the four
+// characters \x00, so that C does not read the message as ending there,
+// then truncated at a UTF-8 boundary to errlen-1 bytes.
+func fitMsg(msg string, errlen uint64) string {
+	msg = strings.ReplaceAll(msg, "\x00", `\x00`)
 	n := len(msg)
-	if uint64(n) >= uint64(errlen) {
+	if uint64(n) >= errlen {
 		n = int(errlen) - 1
 		for n > 0 && !utf8.RuneStart(msg[n]) {
 			n--
 		}
 	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(err)), n+1)
-	copy(b, msg[:n])
-	b[n] = 0
+	return msg[:n]
 }
 
 // finish writes err's message (or msg on success) and returns its code.
@@ -156,12 +168,32 @@ func enterBatch[T caller](h C.uint64_t, kind, missing string, keys *C.char, offs
 //export kvrgoSetMaxProcs
 func kvrgoSetMaxProcs(n C.int32_t, prev *C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, nil, 0)
-	old := runtime.GOMAXPROCS(int(n))
-	if prev != nil {
+	old, e := setMaxProcs(int(n))
+	if e == nil && prev != nil {
 		*prev = C.int32_t(old)
 	}
-	return kvrOK
+	return C.int(codeOf(e))
 }
+
+// setMaxProcs sets GOMAXPROCS to n, or only reads it when n <= 0, and
+// returns the cap before the call. An n above maxProcs() changes nothing.
+// kvr_set_max_procs has no message buffer: the header states the bound,
+// and the message is for Go callers and tests.
+func setMaxProcs(n int) (int, error) {
+	if m := maxProcs(); n > m {
+		return 0, invalidf("n is %d; the cap is at most %d (KVR_MAX_PROCS, or the CPUs when more)", n, m)
+	}
+	return runtime.GOMAXPROCS(n), nil
+}
+
+// maxProcs is the most kvr_set_max_procs sets: KVR_MAX_PROCS (1024), or
+// the process's CPUs when there are more, so that the runtime's default
+// cap (at most the CPUs) can always be set again. Every P costs memory,
+// about 15 KB (a cap of 100000 took 1.4 GiB; one of 10^9 was killed for
+// want of memory), and more Ps than CPUs run nothing more at once. 1024 is
+// copy_workers' bound too (maxCopyWorkers), so that copy_workers 0 (the
+// cap) stays within it.
+func maxProcs() int { return max(kvrMaxProcs, runtime.NumCPU()) }
 
 //export kvrgoModelDomain
 func kvrgoModelDomain(m *C.kvr_model, out *C.char, outlen C.size_t, err *C.char, errlen C.size_t) (rc C.int) {

@@ -22,9 +22,11 @@
  *     that can fail for a reason worth reading take `char *err, size_t
  *     errlen` and write a NUL-terminated message there (lower-case, naming
  *     what is wrong and where; truncated to fit, at a UTF-8 boundary; err may
- *     be NULL, and errlen 0 writes nothing). On KVR_OK the message is empty,
- *     except that kvr_reader_read says there why it stopped early and
- *     kvr_writer_write names the first page that was refused or failed.
+ *     be NULL, and errlen 0 writes nothing; a NUL byte within the message,
+ *     as of a store's error, is written as the four characters \x00). On
+ *     KVR_OK the message is empty, except that kvr_reader_read says there
+ *     why it stopped early and kvr_writer_write names the first page that
+ *     was refused or failed.
  *   - Nothing is allocated across the boundary: every output goes into memory
  *     the caller passes. C never holds a Go pointer.
  *   - Handles (store, writer, reader) are opaque uint64_t values, never 0,
@@ -48,7 +50,9 @@
  *     a wrong pointer is undefined behaviour, as in any C library.
  *
  * Keys: a page's key is its identity within the model (for SGLang its page
- * hash, a hash of the token prefix): a non-empty byte string without '_'. A
+ * hash, a hash of the token prefix): a non-empty byte string without '_'
+ * and without a NUL byte (a call given either is KVR_EINVAL naming the key's
+ * index, as "key 3 contains a NUL byte"); any other byte may be in it. A
  * batch of n keys is one buffer holding them concatenated and n + 1 offsets:
  * key i is keys[offsets[i] .. offsets[i+1]). The library stores page `key`
  * under "kvreshard_" key "_" <model domain>, so that the model's name,
@@ -162,12 +166,24 @@ typedef struct {
  * the header it was built with). Compare it with KVR_ABI_VERSION. */
 int kvr_version(void);
 
+/* The most kvr_set_max_procs sets, unless the process may run on more
+ * CPUs (see there). */
+#define KVR_MAX_PROCS 1024
+
 /* kvr_set_max_procs caps at n the threads that run Go code at once
  * (GOMAXPROCS); n <= 0 only reads the cap. *prev (when prev is not NULL)
  * gets the cap before the call. Call it before opening readers: a reader
  * runs its copies on as many threads as the cap at its open (or at its
  * kvr_reader_set_options). Eight ranks on one host each capped at cores/8
- * do not start a thread per core each. */
+ * do not start a thread per core each.
+ *
+ * n is at most KVR_MAX_PROCS, or the CPUs the process could run on when the
+ * library was loaded when they are more (so that the runtime's default,
+ * which is at most those, can always be set again): a larger n is
+ * KVR_EINVAL, and changes nothing (*prev is not written). Each unit of the
+ * cap costs memory (about 15 KB; a cap of 100000 took 1.4 GiB) and more
+ * than the CPUs run nothing more at once. This function has no message
+ * buffer: the code alone says it. */
 int kvr_set_max_procs(int32_t n, int32_t *prev);
 
 /* kvr_model_domain writes the model domain of *m, 64 lower-case hex digits

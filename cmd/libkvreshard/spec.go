@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"unsafe"
@@ -261,15 +262,19 @@ const maxKeyBytes = 1 << 32
 
 // storeKeys returns the store keys of the keys buf[offs[i]:offs[i+1]] of
 // the model domain, manifest.PageKey("kvreshard", key, domain), rejecting
-// keys with '_' (the separator of a page key's fields).
+// keys with a NUL byte (a C string ends there: messages naming the key
+// would be cut) or '_' (the separator of a page key's fields). Any other
+// byte may be in a key: every store takes any bytes, and messages quote
+// keys or escape their NULs (putMsg).
 func storeKeys(buf []byte, offs []int64, domain string) ([]string, error) {
 	out := make([]string, len(offs)-1)
 	for i := range out {
 		k := buf[offs[i]:offs[i+1]]
-		for _, c := range k {
-			if c == '_' {
-				return nil, invalidf("key %d %q contains '_'; a key is the page's hash, without '_'", i, k)
-			}
+		if bytes.IndexByte(k, 0) >= 0 {
+			return nil, invalidf("key %d contains a NUL byte", i)
+		}
+		if bytes.IndexByte(k, '_') >= 0 {
+			return nil, invalidf("key %d %q contains '_'; a key is the page's hash, without '_'", i, k)
 		}
 		out[i] = manifest.PageKey(keyPrefix, string(k), domain)
 	}

@@ -47,6 +47,7 @@ releases the GIL.
 import array
 import ctypes
 import enum
+import os
 from itertools import accumulate
 from collections import namedtuple
 
@@ -114,13 +115,39 @@ def set_max_procs(n):
     """Cap the Go runtime's threads running Go code (GOMAXPROCS) at n and
     return the previous cap; n <= 0 only returns it. One runtime runs per
     process: cap it so that eight ranks on one host do not each start a
-    thread per core."""
+    thread per core.
+
+    n is at most 1024 (the C API's KVR_MAX_PROCS), or the CPUs this
+    process may run on when there are more: a larger n is InvalidArgument
+    (a ValueError) and changes nothing. A cap past the CPUs runs nothing
+    more at once, and each unit of it costs the Go runtime memory (about
+    15 KB: a cap of 100000 took 1.4 GiB)."""
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError("kvreshard: set_max_procs: n must be an int, not %s" % type(n).__name__)
+    n = n.__index__()
+    bound = _max_procs()
+    if n > bound:
+        raise InvalidArgument("kvreshard: set_max_procs: n=%d is more than %d, the bound of GOMAXPROCS "
+                              "(1024, or the CPUs when more)" % (n, bound), _lib.EINVAL)
     n = _int32("set_max_procs: n", n, lo=-_I32)
     prev = ctypes.c_int32()
     code = _lib.lib().kvr_set_max_procs(n, ctypes.byref(prev))
     if code != _lib.OK:
         raise _lib.error(code, "kvreshard: set_max_procs(%d) failed" % n)
     return prev.value
+
+
+_MAX_PROCS = 1024  # KVR_MAX_PROCS
+
+
+def _max_procs():
+    """The library's bound of set_max_procs: _MAX_PROCS, or the CPUs this
+    process may run on (as Go's runtime.NumCPU counts them) when more."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(_MAX_PROCS, cpus)
 
 
 def _int32(what, v, lo=0):
@@ -396,7 +423,9 @@ _EMPTY_OFFSETS = array.array("q", [0])
 
 
 def _keys(keys):
-    """keys as one buffer and n+1 offsets."""
+    """keys, any iterable of str (read once), as one buffer and n+1
+    offsets. A key with a NUL byte is refused here, in the library's words
+    (the library refuses it too, and '_' and empty keys)."""
     if isinstance(keys, (str, bytes)):
         raise TypeError("kvreshard: keys must be a sequence of str, not one %s" % type(keys).__name__)
     if not isinstance(keys, (list, tuple)):
@@ -408,6 +437,9 @@ def _keys(keys):
     except TypeError:
         bad = next(k for k in keys if not isinstance(k, str))
         raise TypeError("kvreshard: keys must be str, not %s" % type(bad).__name__) from None
+    if "\0" in s:
+        i = next(i for i, k in enumerate(keys) if "\0" in k)
+        raise InvalidArgument("kvreshard: key %d contains a NUL byte" % i, _lib.EINVAL)
     b = s.encode("utf-8")
     if len(b) == len(s):  # ASCII (page hashes are hex): str lengths are byte lengths
         return b, array.array("q", accumulate(map(len, keys), initial=0)), len(keys)
@@ -416,19 +448,26 @@ def _keys(keys):
 
 
 def _slots(slots, n):
-    """slots as an address of n int64 values, and what keeps them alive."""
+    """slots as an address of n int64 values, and what keeps them alive.
+    slots is any iterable of ints, read once; a numpy array of integers is
+    converted at once, without a loop in Python."""
     if n == 0 and isinstance(slots, (list, tuple)) and not slots:
         return None, None
     np = _numpy()
-    if np is not None and isinstance(slots, np.ndarray):
+    if np is not None and isinstance(slots, np.ndarray) and slots.dtype.kind != "O":
         if slots.dtype.kind not in "iu":
             raise TypeError("kvreshard: slots must be integers, not %s" % slots.dtype)
-        a = np.ascontiguousarray(slots, dtype=np.int64)
-        if a.ndim != 1:
+        # before ascontiguousarray, which makes a 0-d array 1-d
+        if slots.ndim != 1:
             raise InvalidArgument("kvreshard: slots must be one-dimensional", _lib.EINVAL)
+        a = np.ascontiguousarray(slots, dtype=np.int64)
         if len(a) != n:
             raise InvalidArgument("kvreshard: %d keys but %d slots" % (n, len(a)), _lib.EINVAL)
         return a.ctypes.data if n else None, a
+    if isinstance(slots, (bytes, bytearray)):
+        # array.array would read their bytes as raw int64 values, not as
+        # the ints they hold
+        slots = iter(slots)
     try:
         a = array.array("q", slots)
     except TypeError:
@@ -483,7 +522,9 @@ class Writer(_Handle):
 
     def write(self, keys, slots):
         """Write page keys[i] from pool slot slots[i]; one WriteStatus per
-        page. Raises only for bad arguments or a failed batch query."""
+        page. keys is any iterable of str, slots any iterable of ints (a
+        numpy array too), each read once. Raises only for bad arguments or
+        a failed batch query."""
         kb, off, n = _keys(keys)
         sp, keep = _slots(slots, n)
         st = ctypes.create_string_buffer(n or 1)
@@ -546,7 +587,8 @@ class Reader(_Handle):
         self._res = _lib.CReadResult
 
     def exists(self, keys):
-        """How many leading pages of keys are complete in the store."""
+        """How many leading pages of keys (any iterable of str, read once)
+        are complete in the store."""
         kb, off, n = _keys(keys)
         out = ctypes.c_int64()
         err = _lib.errbuf()
@@ -557,8 +599,9 @@ class Reader(_Handle):
 
     def read(self, keys, slots):
         """Read the leading run of complete pages keys[i] into pool slots
-        slots[i]. Misses, the budget and failed reads are results: see
-        ReadResult.stop. Raises only for bad arguments."""
+        slots[i] (keys and slots as Writer.write takes them). Misses, the
+        budget and failed reads are results: see ReadResult.stop. Raises
+        only for bad arguments."""
         kb, off, n = _keys(keys)
         sp, keep = _slots(slots, n)
         res = self._res()

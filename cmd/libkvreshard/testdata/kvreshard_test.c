@@ -1237,7 +1237,83 @@ static void test_max_procs(void) {
     CHECK(kvr_set_max_procs(0, &prev) == KVR_OK && prev >= 1, "read max procs %d", prev);
     CHECK(kvr_set_max_procs(1, NULL) == KVR_OK, "set max procs 1");
     CHECK(kvr_set_max_procs(0, &now) == KVR_OK && now == 1, "max procs %d after setting 1", now);
+    /* Past the bound (this host has fewer than KVR_MAX_PROCS CPUs): refused,
+     * the cap unchanged and *prev not written. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && cpus < KVR_MAX_PROCS) {
+        static const int32_t over[] = {KVR_MAX_PROCS + 1, 100000, 1000000000, INT32_MAX};
+        for (size_t i = 0; i < sizeof over / sizeof over[0]; i++) {
+            now = -7;
+            int rc = kvr_set_max_procs(over[i], &now);
+            CHECK(rc == KVR_EINVAL && now == -7, "max procs %d: code %d, *prev %d", over[i], rc, now);
+            if (rc == KVR_OK) {
+                kvr_set_max_procs(1, NULL);
+                break; /* unbounded: a larger cap could exhaust memory */
+            }
+            CHECK(kvr_set_max_procs(0, &now) == KVR_OK && now == 1, "max procs %d after refusing %d", now, over[i]);
+        }
+        CHECK(kvr_set_max_procs(KVR_MAX_PROCS, &now) == KVR_OK && now == 1, "set max procs KVR_MAX_PROCS");
+        CHECK(kvr_set_max_procs(0, &now) == KVR_OK && now == KVR_MAX_PROCS, "max procs %d, want KVR_MAX_PROCS", now);
+        CHECK(kvr_set_max_procs(1, NULL) == KVR_OK, "set max procs 1 again");
+    }
     CHECK(kvr_set_max_procs(prev, &now) == KVR_OK && now == 1, "restore max procs");
+}
+
+/* test_nul_keys: a key with a NUL byte is refused by every call that takes
+ * keys, naming the key, before anything is written or read. */
+static void test_nul_keys(void) {
+    /* Three keys: "a", "b\0c" and "d", built by hand (keys_add uses strlen). */
+    static const char buf[] = {'a', 'b', 0, 'c', 'd'};
+    int64_t off[4] = {0, 1, 4, 5};
+    int64_t slots[3] = {0, 1, 2};
+    uint64_t st = 0;
+    CHECK(kvr_store_open("mem://", &st, err, sizeof err) == KVR_OK, "store_open mem://: %s", err);
+
+    rank_pool wp;
+    pool_init(&wp, "page_first", 1, 1, 0, 0, NULL, 4);
+    uint64_t w = open_writer(st, &wp, NULL);
+    uint8_t status[3] = {0xee, 0xee, 0xee};
+    int rc = kvr_writer_write(w, buf, off, slots, 3, status, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "key 1 contains a NUL byte");
+    CHECK(status[0] == 0xee && status[1] == 0xee && status[2] == 0xee, "statuses written: %d %d %d", status[0],
+          status[1], status[2]);
+    kvr_writer_stats ws;
+    CHECK(kvr_writer_stats_get(w, &ws) == KVR_OK && ws.requests == 0 && ws.pages == 0,
+          "writer stats after a NUL key: %" PRId64 " requests", ws.requests);
+    /* The NUL is found in the key it is in, whichever key comes first. */
+    int64_t last[2] = {4, 5};
+    rc = kvr_writer_write(w, buf, off + 1, slots, 2, status, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "key 0 contains a NUL byte");
+    rc = kvr_writer_write(w, buf, last, slots, 1, status, err, sizeof err);
+    CHECK(rc == KVR_OK && status[0] == KVR_WRITTEN, "write of key \"d\": %d status %d %s", rc, status[0], err);
+    CHECK(kvr_writer_close(w, err, sizeof err) == KVR_OK, "writer_close %s", err);
+    pool_free(&wp);
+
+    rank_pool rp;
+    pool_init(&rp, "page_first", 1, 1, 0, 0, NULL, 4);
+    uint64_t r = open_reader(st, &rp);
+    int64_t n = -7;
+    rc = kvr_reader_exists(r, buf, off, 3, &n, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "key 1 contains a NUL byte");
+    CHECK(n == -7, "exists wrote *complete %" PRId64, n);
+    kvr_read_result res = {-7, -7, -7, -7};
+    rc = kvr_reader_read(r, buf, off, slots, 3, &res, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "key 1 contains a NUL byte");
+    CHECK(res.hit == -7 && res.stop == -7, "read wrote *res: hit %" PRId64, res.hit);
+    /* Before '_', and the key a NUL is in first. */
+    static const char both[] = {'x', '_', 'y', 0};
+    int64_t boff[3] = {0, 2, 4};
+    rc = kvr_reader_exists(r, both, boff, 2, &n, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "key 0 \"x_\" contains '_'; a key is the page's hash, without '_'");
+    int64_t one[2] = {1, 4};
+    rc = kvr_reader_exists(r, both, one, 1, &n, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "key 0 contains a NUL byte");
+    kvr_reader_stats rs;
+    CHECK(kvr_reader_stats_get(r, &rs) == KVR_OK && rs.requests == 0 && rs.pages == 0,
+          "reader stats after NUL keys: %" PRId64 " requests", rs.requests);
+    CHECK(kvr_reader_close(r, err, sizeof err) == KVR_OK, "reader_close %s", err);
+    pool_free(&rp);
+    CHECK(kvr_store_close(st, err, sizeof err) == KVR_OK, "store_close %s", err);
 }
 
 /* bench times n empty reads (the cost of a call alone). */
@@ -1357,6 +1433,7 @@ int main(int argc, char **argv) {
     test_read(st);
     test_miss(st);
     test_bad_arguments(st);
+    test_nul_keys();
     test_closed();
     test_threads(st);
     test_options(st);
