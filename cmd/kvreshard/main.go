@@ -4,7 +4,7 @@
 //
 //	kvreshard demo  [--store URL]
 //	kvreshard plan  --model M --src S --dst D [--json] [--repeat N]
-//	                [--strategy direct|scatter|staged|auto] [--transport memory|file|redis|rdma]
+//	                [--strategy direct|scatter|staged|auto] [--transport memory|file|redis|engine|rdma]
 //	                [--max-segments N] [--stage-bytes N] [--max-gap N]
 //	kvreshard write --store URL --model M --src S --pages N [--rank T/P] [--prefix P]
 //	kvreshard read  --store URL --model M --dst D --pages N [--prefix P] [--verify] [--json]

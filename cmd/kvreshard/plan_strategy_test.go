@@ -200,7 +200,7 @@ func TestPlanStrategyUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--strategy", "fast"}, `kvreshard plan: --strategy: unknown strategy "fast"; strategies are direct, scatter, staged, auto` + "\n"},
-		{[]string{"--transport", "tcp"}, `kvreshard plan: --transport: unknown transport "tcp"; transports are memory, file, redis, rdma` + "\n"},
+		{[]string{"--transport", "tcp"}, `kvreshard plan: --transport: unknown transport "tcp"; transports are memory, file, redis, engine, rdma` + "\n"},
 		{[]string{"--transport", "rdma", "--max-segments", "31"}, "kvreshard plan: --max-segments 31: transport rdma takes 1 to 30 segments a read\n"},
 		{[]string{"--stage-bytes", "-1"}, "kvreshard plan: --stage-bytes -1 is negative\n"},
 		{[]string{"--max-gap", "-2"}, "kvreshard plan: --max-gap -2: give a byte count, 0 for the transport's break-even gap, or -1 for none\n"},

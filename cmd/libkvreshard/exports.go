@@ -435,3 +435,16 @@ func kvrgoReaderClose(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
 	}
 	return finish(e, "", err, errlen)
 }
+
+//export kvrgoStoreOpenEngine
+func kvrgoStoreOpenEngine(e *C.kvr_engine, name *C.char, h *C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
+	if h == nil {
+		return finish(invalidf("store is NULL"), "", err, errlen)
+	}
+	v, ee := openEngineStore(e, goStr(name))
+	if ee == nil {
+		*h = C.uint64_t(v)
+	}
+	return finish(ee, "", err, errlen)
+}

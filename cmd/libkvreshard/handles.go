@@ -116,9 +116,15 @@ func (p *poolUser) close(h uint64, kind string) error {
 		return errorf(kvrEClosed, "%s handle %d is closed", kind, h)
 	}
 	p.closed = true
+	regs := p.regions
 	p.regions = nil
 	p.mu.Unlock()
 	cgo.Handle(h).Delete()
+	if r, ok := p.store.st.(store.Registrar); ok {
+		for _, reg := range regs {
+			r.Unregister(reg)
+		}
+	}
 	return p.store.release()
 }
 
@@ -267,6 +273,19 @@ func (p *poolUser) attach(s *storeHandle, sh uint64, g *plan.Geometry, a *poolAr
 	}
 	if err := s.use(sh); err != nil {
 		return err
+	}
+	// A store whose transfers want registered memory (an object engine)
+	// registers the pool's regions, for as long as the handle is open.
+	if r, ok := s.st.(store.Registrar); ok {
+		for i, reg := range regs {
+			if err := r.Register(reg); err != nil {
+				for _, done := range regs[:i] {
+					r.Unregister(done)
+				}
+				s.release()
+				return errorf(kvrEStore, "pool region %d: %v", i, err)
+			}
+		}
 	}
 	p.store, p.regions = s, regs
 	return nil

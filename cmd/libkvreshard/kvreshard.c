@@ -73,6 +73,13 @@ int kvr_store_open(const char *url, uint64_t *store, char *err, size_t errlen) {
     return kvrgoStoreOpen((char *)url, store, err, errlen);
 }
 
+int kvr_store_open_engine(const kvr_engine *e, const char *name, uint64_t *store, char *err, size_t errlen) {
+    if (kvr_forked(err, errlen)) {
+        return KVR_EFORK;
+    }
+    return kvrgoStoreOpenEngine((kvr_engine *)e, (char *)name, store, err, errlen);
+}
+
 int kvr_store_close(uint64_t store, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;

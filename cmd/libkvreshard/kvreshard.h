@@ -198,6 +198,86 @@ int kvr_model_domain(const kvr_model *m, char *out, size_t outlen, char *err, si
 int kvr_store_open(const char *url, uint64_t *store, char *err, size_t errlen);
 int kvr_store_close(uint64_t store, char *err, size_t errlen);
 
+/* An object engine: a store of immutable objects under byte-string keys
+ * that the host process has a client of (Mooncake Store, a NIXL-backed
+ * store, 3FS), handed to the library as a table of callbacks. The library
+ * keeps its pages there as objects (a page's claim, its parts, whose keys
+ * name their manifest, and a commit put once every part exists), so that a
+ * page is visible only when complete and parts of two layouts never mix;
+ * objects that vanish (eviction, a client that exited with its memory) make
+ * their page a miss, never a partial one.
+ *
+ * Every callback gets ctx first. Keys come as one buffer and n + 1 offsets,
+ * as elsewhere in this API. A callback returns 0, or a negative value when
+ * the whole call failed, after writing a NUL-terminated message into err
+ * (errlen bytes). Callbacks run on the library's threads, several at once,
+ * and must not call the library back. A Python engine's callbacks take the
+ * GIL (ctypes does): call the library with the GIL released (ctypes.CDLL
+ * does). Pointers the library passes are valid during the call only.
+ *
+ *   put: store n objects; object i is the frag_off[i+1] - frag_off[i]
+ *     fragments frags[frag_off[i]..], of frag_lens bytes each, in memory
+ *     registered or not. An object whose key exists keeps its value (the
+ *     first writer wins) and is no failure. results[i]: 0, or negative.
+ *   get: read n small objects whole: object i into bufs[i], of caps[i]
+ *     bytes; sizes[i] = its size, or KVR_ENGINE_MISSING. A size past
+ *     caps[i] is no failure: the library asks again with a larger buffer.
+ *   exists: exists[i] = 1 when object i exists, else 0.
+ *   sizes: sizes[i] = the size of object i, or KVR_ENGINE_MISSING.
+ *   read: read nranges byte ranges into registered memory: range j reads
+ *     lens[j] bytes at offset offs[j] of object keys[j] (an index into the
+ *     nkeys keys) into dst[j], which lies in the memory registered at base[j]
+ *     (dst[j] - base[j] is its offset there). whole[j] is 1 when the range
+ *     is the whole object. results[j]: the bytes read, KVR_ENGINE_MISSING
+ *     for a missing object, or another negative value. The ranges of one
+ *     call are what one read of the library needs: an engine may send them
+ *     in one request (Mooncake: get_into_ranges).
+ *   remove: remove n objects; a missing one is no failure.
+ *   register_memory, unregister_memory: register memory [base, base+len)
+ *     for transfers, until unregistered; the library registers each pool it
+ *     is given (kvr_writer_open, kvr_reader_open) and the staging memory it
+ *     maps. NULL when the engine needs no registration.
+ *   close: release ctx; called once, when the store closes. May be NULL.
+ *
+ * read_timeout_ms bounds how long the library waits for a read callback
+ * (0: as long as it takes). An engine whose reads may not return while a
+ * dead peer is retried (Mooncake's range reads) needs one: such a read
+ * fails, and the library then reads only into memory of its own, never a
+ * pool, and unmaps memory an abandoned read may still write into only
+ * once the callback returned. lease_ms is how long after its claim an
+ * incomplete page may be taken over by a writer of another layout (0: 10
+ * minutes). */
+#define KVR_ENGINE_MISSING (-1)
+
+typedef struct {
+    uint32_t size; /* sizeof(kvr_engine) */
+    void *ctx;
+    int (*put)(void *ctx, int64_t n, const char *keys, const int64_t *offsets, const void *const *frags,
+               const int64_t *frag_lens, const int64_t *frag_off, int32_t *results, char *err, size_t errlen);
+    int (*get)(void *ctx, int64_t n, const char *keys, const int64_t *offsets, void *const *bufs, const int64_t *caps,
+               int64_t *sizes, char *err, size_t errlen);
+    int (*exists)(void *ctx, int64_t n, const char *keys, const int64_t *offsets, uint8_t *exists, char *err,
+                  size_t errlen);
+    int (*sizes)(void *ctx, int64_t n, const char *keys, const int64_t *offsets, int64_t *sizes, char *err,
+                 size_t errlen);
+    int (*read)(void *ctx, int64_t nkeys, const char *keys, const int64_t *offsets, int64_t nranges,
+                const int64_t *key, const int64_t *offs, void *const *dst, const int64_t *lens, void *const *base,
+                const uint8_t *whole, int64_t *results, char *err, size_t errlen);
+    int (*remove)(void *ctx, int64_t n, const char *keys, const int64_t *offsets, char *err, size_t errlen);
+    int (*register_memory)(void *ctx, void *base, uint64_t len, char *err, size_t errlen);
+    int (*unregister_memory)(void *ctx, void *base, uint64_t len, char *err, size_t errlen);
+    void (*close)(void *ctx);
+    int64_t read_timeout_ms;
+    int64_t lease_ms;
+} kvr_engine;
+
+/* kvr_store_open_engine opens a store on the engine *e (read at the call;
+ * the callbacks and ctx must stay valid until the store closes). name
+ * names the store in messages and picks its cost model: "mooncake://..."
+ * or "engine:<name>". put, get, exists, sizes, read and remove are
+ * required. */
+int kvr_store_open_engine(const kvr_engine *e, const char *name, uint64_t *store, char *err, size_t errlen);
+
 /* kvr_writer_open opens the writer of rank *p of model *m, whose pages are
  * in *pool. The pages are stored in part layout part_layout: "PLHD"
  * (token-major), "LPHD" (layer-major) or "HPLD" (head-major); NULL takes the

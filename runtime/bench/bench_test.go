@@ -142,7 +142,7 @@ func TestCalibrationTransport(t *testing.T) {
 	require.EqualError(t, err, "transport redis: copy_bandwidth is 0; want 1e+06 to 1e+15 bytes a second")
 	c.Name = "tcp"
 	_, err = c.Transport()
-	require.EqualError(t, err, `unknown transport "tcp"; transports are memory, file, redis, rdma`)
+	require.EqualError(t, err, `unknown transport "tcp"; transports are memory, file, redis, engine, rdma`)
 }
 
 // TestInTurns: turn i starts with read i mod 3, each turn has a time for

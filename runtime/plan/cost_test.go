@@ -163,7 +163,7 @@ func TestParseTransports(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, plan.RDMATransport(), rdma)
 	_, err = ts.Named("tcp")
-	require.EqualError(t, err, `unknown transport "tcp"; transports are memory, file, redis, rdma`)
+	require.EqualError(t, err, `unknown transport "tcp"; transports are memory, file, redis, engine, rdma`)
 
 	// What a costs file holds round-trips, the memory store's lending
 	// included (a property of the store, not a figure).
@@ -202,7 +202,7 @@ func TestParseTransports(t *testing.T) {
 		{`{"measured": 1, "transports": {}}`, "measured: want a string"},
 		{`{"measured": "x"}`, "transports: missing"},
 		{`{"transports": null}`, "transports: want an object, not null"},
-		{`{"transports": {"tcp": {}}}`, `transports: unknown transport "tcp"; transports are memory, file, redis, rdma`},
+		{`{"transports": {"tcp": {}}}`, `transports: unknown transport "tcp"; transports are memory, file, redis, engine, rdma`},
 		{`{"transports": {"file": [1]}}`, "transports.file: want an object, not an array"},
 		{`{"transports": {"file": {"op_ns": 1, "speed": 2}}}`, `transports.file: unknown field "speed"; the fields are op_ns, segment_ns, bandwidth, copy_bandwidth, copy_run_ns, segments, segment_limit`},
 		{`{"transports": {"file": {"op_ns": 1}}}`, "transports.file.segment_ns: missing"},

@@ -534,7 +534,7 @@ func TestStrategyOptions(t *testing.T) {
 		require.NoError(t, tr.Validate())
 	}
 	_, err = plan.TransportNamed("tcp")
-	require.EqualError(t, err, `unknown transport "tcp"; transports are memory, file, redis, rdma`)
+	require.EqualError(t, err, `unknown transport "tcp"; transports are memory, file, redis, engine, rdma`)
 	for url, name := range map[string]string{"file:///tmp/kv": "file", "redis://127.0.0.1:6379": "redis",
 		"redis+cluster://a:1,b:2": "redis", "mem://x": "memory", "": "memory"} {
 		require.Equal(t, name, plan.StoreTransport(url).Name, url)

@@ -18,6 +18,7 @@
  * exits 0 when every check passed; otherwise each failure is printed with
  * its line and the exit status is 1.
  */
+#define _GNU_SOURCE /* memmem */
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1407,6 +1408,360 @@ static int readbench(const char *url, int pages, int rounds, int copy_workers) {
     return 0;
 }
 
+
+/* An object engine in this process's memory (kvr_engine), for the engine
+ * store's tests from C: objects in a hash table, the first writer of a key
+ * wins, reads only into registered memory (as Mooncake's range reads),
+ * and hooks to evict an object and to stall reads. */
+#define ENGINE_SLOTS 4096
+#define ENGINE_REGS 64
+
+typedef struct {
+    char *key;
+    size_t keylen;
+    unsigned char *val;
+    int64_t len;
+} engine_obj;
+
+typedef struct {
+    pthread_mutex_t mu;
+    engine_obj objs[ENGINE_SLOTS];
+    struct {
+        char *base;
+        uint64_t len;
+    } regs[ENGINE_REGS];
+    int nregs;
+    int reads, closed;
+    int stall_ms; /* when set, a read sleeps this long first */
+} mem_engine;
+
+static uint64_t engine_hash(const char *k, size_t n) {
+    uint64_t h = 1469598103934665603u;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ (unsigned char)k[i]) * 1099511628211u;
+    }
+    return h;
+}
+
+/* engine_find returns the slot of key, or the empty slot it would take. */
+static engine_obj *engine_find(mem_engine *e, const char *k, size_t n) {
+    for (uint64_t i = engine_hash(k, n) % ENGINE_SLOTS;; i = (i + 1) % ENGINE_SLOTS) {
+        engine_obj *o = &e->objs[i];
+        if (o->key == NULL || (o->keylen == n && memcmp(o->key, k, n) == 0)) {
+            return o;
+        }
+    }
+}
+
+static int engine_put(void *ctx, int64_t n, const char *keys, const int64_t *off, const void *const *frags,
+                      const int64_t *frag_lens, const int64_t *frag_off, int32_t *results, char *e_err, size_t errlen) {
+    mem_engine *e = ctx;
+    (void)e_err;
+    (void)errlen;
+    pthread_mutex_lock(&e->mu);
+    for (int64_t i = 0; i < n; i++) {
+        size_t kn = (size_t)(off[i + 1] - off[i]);
+        engine_obj *o = engine_find(e, keys + off[i], kn);
+        results[i] = 0;
+        if (o->key != NULL) {
+            continue; /* the first writer wins */
+        }
+        int64_t len = 0;
+        for (int64_t f = frag_off[i]; f < frag_off[i + 1]; f++) {
+            len += frag_lens[f];
+        }
+        o->val = malloc((size_t)len + 1);
+        o->len = 0;
+        for (int64_t f = frag_off[i]; f < frag_off[i + 1]; f++) {
+            memcpy(o->val + o->len, frags[f], (size_t)frag_lens[f]);
+            o->len += frag_lens[f];
+        }
+        o->key = malloc(kn + 1);
+        memcpy(o->key, keys + off[i], kn);
+        o->keylen = kn;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+static int engine_get(void *ctx, int64_t n, const char *keys, const int64_t *off, void *const *bufs, const int64_t *caps,
+                      int64_t *sizes, char *e_err, size_t errlen) {
+    mem_engine *e = ctx;
+    (void)e_err;
+    (void)errlen;
+    pthread_mutex_lock(&e->mu);
+    for (int64_t i = 0; i < n; i++) {
+        engine_obj *o = engine_find(e, keys + off[i], (size_t)(off[i + 1] - off[i]));
+        sizes[i] = o->key == NULL ? KVR_ENGINE_MISSING : o->len;
+        if (o->key != NULL && o->len <= caps[i]) {
+            memcpy(bufs[i], o->val, (size_t)o->len);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+static int engine_sizes(void *ctx, int64_t n, const char *keys, const int64_t *off, int64_t *sizes, char *e_err,
+                        size_t errlen) {
+    mem_engine *e = ctx;
+    (void)e_err;
+    (void)errlen;
+    pthread_mutex_lock(&e->mu);
+    for (int64_t i = 0; i < n; i++) {
+        engine_obj *o = engine_find(e, keys + off[i], (size_t)(off[i + 1] - off[i]));
+        sizes[i] = o->key == NULL ? KVR_ENGINE_MISSING : o->len;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+static int engine_exists(void *ctx, int64_t n, const char *keys, const int64_t *off, uint8_t *exists, char *e_err,
+                         size_t errlen) {
+    int64_t sizes[256];
+    for (int64_t at = 0; at < n; at += 256) {
+        int64_t m = n - at < 256 ? n - at : 256;
+        engine_sizes(ctx, m, keys, off + at, sizes, e_err, errlen);
+        for (int64_t i = 0; i < m; i++) {
+            exists[at + i] = sizes[i] >= 0;
+        }
+    }
+    return 0;
+}
+
+static int engine_read(void *ctx, int64_t nkeys, const char *keys, const int64_t *off, int64_t nranges,
+                       const int64_t *key, const int64_t *offs, void *const *dst, const int64_t *lens, void *const *base,
+                       const uint8_t *whole, int64_t *results, char *e_err, size_t errlen) {
+    mem_engine *e = ctx;
+    (void)nkeys;
+    (void)whole;
+    if (e->stall_ms > 0) {
+        struct timespec ts = {e->stall_ms / 1000, (long)(e->stall_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->reads++;
+    for (int64_t j = 0; j < nranges; j++) {
+        /* The destination must lie in the registration it names. */
+        int ok = 0;
+        for (int r = 0; r < e->nregs; r++) {
+            char *lo = e->regs[r].base, *hi = lo + e->regs[r].len;
+            ok |= lo == (char *)base[j] && (char *)dst[j] >= lo && (char *)dst[j] + lens[j] <= hi;
+        }
+        if (!ok) {
+            snprintf(e_err, errlen, "range %" PRId64 ": destination not in registered memory", j);
+            results[j] = -600;
+            continue;
+        }
+        const char *k = keys + off[key[j]];
+        engine_obj *o = engine_find(e, k, (size_t)(off[key[j] + 1] - off[key[j]]));
+        if (o->key == NULL) {
+            results[j] = KVR_ENGINE_MISSING;
+        } else if (offs[j] < 0 || offs[j] + lens[j] > o->len) {
+            snprintf(e_err, errlen, "range %" PRId64 ": past the end", j);
+            results[j] = -600;
+        } else {
+            memcpy(dst[j], o->val + offs[j], (size_t)lens[j]);
+            results[j] = lens[j];
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+/* engine_drop removes the object of key; e->mu held. */
+static void engine_drop(mem_engine *e, const char *k, size_t n) {
+    engine_obj *o = engine_find(e, k, n);
+    if (o->key == NULL) {
+        return;
+    }
+    free(o->key);
+    free(o->val);
+    memset(o, 0, sizeof *o);
+    /* Re-insert the run after it, so that open addressing finds them. */
+    for (uint64_t i = (uint64_t)(o - e->objs + 1) % ENGINE_SLOTS; e->objs[i].key != NULL; i = (i + 1) % ENGINE_SLOTS) {
+        engine_obj moved = e->objs[i];
+        memset(&e->objs[i], 0, sizeof moved);
+        *engine_find(e, moved.key, moved.keylen) = moved;
+    }
+}
+
+static int engine_remove(void *ctx, int64_t n, const char *keys, const int64_t *off, char *e_err, size_t errlen) {
+    mem_engine *e = ctx;
+    (void)e_err;
+    (void)errlen;
+    pthread_mutex_lock(&e->mu);
+    for (int64_t i = 0; i < n; i++) {
+        engine_drop(e, keys + off[i], (size_t)(off[i + 1] - off[i]));
+    }
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+static int engine_register(void *ctx, void *base, uint64_t len, char *e_err, size_t errlen) {
+    mem_engine *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    int rc = 0;
+    if (e->nregs == ENGINE_REGS) {
+        snprintf(e_err, errlen, "too many registrations");
+        rc = -1;
+    } else {
+        e->regs[e->nregs].base = base;
+        e->regs[e->nregs].len = len;
+        e->nregs++;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+static int engine_unregister(void *ctx, void *base, uint64_t len, char *e_err, size_t errlen) {
+    mem_engine *e = ctx;
+    (void)len;
+    pthread_mutex_lock(&e->mu);
+    int rc = -1;
+    for (int r = 0; r < e->nregs; r++) {
+        if (e->regs[r].base == base) {
+            e->regs[r] = e->regs[--e->nregs];
+            rc = 0;
+            break;
+        }
+    }
+    if (rc != 0) {
+        snprintf(e_err, errlen, "not registered");
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+static void engine_close(void *ctx) {
+    mem_engine *e = ctx;
+    e->closed++;
+}
+
+static mem_engine the_engine = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static kvr_engine engine_table(mem_engine *e, int64_t read_timeout_ms) {
+    kvr_engine t = {.size = sizeof t, .ctx = e, .put = engine_put, .get = engine_get, .exists = engine_exists,
+                    .sizes = engine_sizes, .read = engine_read, .remove = engine_remove,
+                    .register_memory = engine_register, .unregister_memory = engine_unregister,
+                    .close = engine_close, .read_timeout_ms = read_timeout_ms};
+    return t;
+}
+
+/* engine_count counts the objects whose keys contain sub. */
+static int engine_count(mem_engine *e, const char *sub) {
+    int n = 0;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < ENGINE_SLOTS; i++) {
+        if (e->objs[i].key != NULL && memmem(e->objs[i].key, e->objs[i].keylen, sub, strlen(sub)) != NULL) {
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+
+/* test_engine_store runs the write, read and miss tests on a store over
+ * the engine above, then: a store needs its callbacks; a part evicted
+ * under a complete page makes it a miss, its commit goes, and the page is
+ * written again; a read the engine does not answer within the store's
+ * timeout fails within it, and the reader reads again after. */
+static void test_engine_store(void) {
+    kvr_engine t = engine_table(&the_engine, 0);
+    uint64_t st = 0;
+    kvr_engine bad = t;
+    bad.read = NULL;
+    int rc = kvr_store_open_engine(&bad, "engine:test", &st, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "kvr_engine.read is NULL");
+    rc = kvr_store_open_engine(&t, "redis://x", &st, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "engine store name \"redis://x\": want \"mooncake://host:port...\" or \"engine:<name>\"");
+    rc = kvr_store_open_engine(&t, "engine:test", &st, err, sizeof err);
+    CHECK(rc == KVR_OK && st != 0, "store_open_engine: %d %s", rc, err);
+    test_write(st);
+    test_read(st);
+    test_miss(st);
+    CHECK(engine_count(&the_engine, "/done") == NPAGES, "%d commits, want %d", engine_count(&the_engine, "/done"), NPAGES);
+    CHECK(the_engine.reads > 0, "no engine reads");
+
+    /* Evict part 2 (PP rank 2's) of page 3: a miss at page 3, and its
+     * commit and claim are gone; written again, it reads. */
+    keys k3 = page_keys(3, 4);
+    char sub[64];
+    snprintf(sub, sizeof sub, "%.*s", (int)k3.off[1], k3.buf);
+    char part2[96];
+    snprintf(part2, sizeof part2, "%s_", sub); /* page keys: kvreshard_<hash>_<domain> */
+    int evicted = 0;
+    pthread_mutex_lock(&the_engine.mu);
+    for (int i = 0; i < ENGINE_SLOTS; i++) {
+        engine_obj *o = &the_engine.objs[i];
+        if (o->key != NULL && memmem(o->key, o->keylen, part2, strlen(part2)) != NULL && o->keylen > 2 &&
+            memcmp(o->key + o->keylen - 2, "/2", 2) == 0 && memmem(o->key, o->keylen, "/p/", 3) != NULL) {
+            engine_drop(&the_engine, o->key, o->keylen);
+            evicted++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&the_engine.mu);
+    CHECK(evicted == 1, "evicted %d parts", evicted);
+    rank_pool rp;
+    pool_init(&rp, "layer_first", 2, 2, 0, 1, reader_split, NPAGES + 4); /* PP rank 1: layers 4-6, in part 2 */
+    uint64_t r = open_reader(st, &rp);
+    keys k = page_keys(0, NPAGES);
+    int64_t slots[NPAGES];
+    for (int p = 0; p < NPAGES; p++) {
+        slots[p] = p;
+    }
+    kvr_read_result res;
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == 3 && res.stop == KVR_STOP_MISS, "read past an evicted part: %d hit %" PRId64 " stop %d %s",
+          rc, res.hit, res.stop, err);
+    CHECK(engine_count(&the_engine, "/done") == NPAGES - 1, "the commit of the page is removed: %d commits",
+          engine_count(&the_engine, "/done"));
+    uint64_t w = open_writer(st, &writers[2], NULL);
+    write_pages(w, 3, 4, KVR_WRITTEN);
+    kvr_writer_close(w, err, sizeof err);
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == NPAGES && res.stop == KVR_STOP_NONE, "read after the rewrite: %d hit %" PRId64 " %s", rc,
+          res.hit, err);
+    for (int p = 0; p < NPAGES; p++) {
+        verify(&rp, p, p, __LINE__);
+    }
+    kvr_reader_close(r, err, sizeof err);
+    pool_free(&rp);
+    rc = kvr_store_close(st, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    CHECK(the_engine.closed == 1, "the engine's close was called %d times", the_engine.closed);
+    CHECK(the_engine.nregs == 0, "%d registrations left", the_engine.nregs);
+
+    /* A read that the engine answers after the store's timeout fails within
+     * it, and reads again once the engine answers in time. */
+    the_engine.closed = 0;
+    t = engine_table(&the_engine, 200);
+    rc = kvr_store_open_engine(&t, "engine:slow", &st, err, sizeof err);
+    CHECK(rc == KVR_OK, "store_open_engine: %d %s", rc, err);
+    pool_init(&rp, "layer_first", 2, 2, 0, 1, reader_split, NPAGES);
+    r = open_reader(st, &rp);
+    the_engine.stall_ms = 1500;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK(rc == KVR_OK && res.hit == 0 && res.stop == KVR_STOP_FAILED && strstr(err, "did not return within 200ms") != NULL,
+          "stalled read: %d hit %" PRId64 " stop %d %s", rc, res.hit, res.stop, err);
+    CHECK(t1.tv_sec - t0.tv_sec < 60, "the stalled read took %ld s", (long)(t1.tv_sec - t0.tv_sec));
+    the_engine.stall_ms = 0;
+    sleep(2); /* the stalled read returns */
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == NPAGES, "read after the stall: %d hit %" PRId64 " %s", rc, res.hit, err);
+    for (int p = 0; p < NPAGES; p++) {
+        verify(&rp, p, p, __LINE__);
+    }
+    kvr_reader_close(r, err, sizeof err);
+    pool_free(&rp);
+    rc = kvr_store_close(st, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "bench") == 0) {
         return bench(atol(argv[2]));
@@ -1443,6 +1798,10 @@ int main(int argc, char **argv) {
     test_max_procs();
     rc = kvr_store_close(st, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
+    for (int r = 0; r < 3; r++) {
+        pool_free(&writers[r]);
+    }
+    test_engine_store();
     for (int r = 0; r < 3; r++) {
         pool_free(&writers[r]);
     }

@@ -89,11 +89,13 @@ type Engine interface {
 	Close() error
 }
 
-// Range reads len(Dst) bytes at offset Off of object Key.
+// Range reads len(Dst) bytes at offset Off of object Key; Whole says the
+// range is the whole object (an engine may read it by another call).
 type Range struct {
-	Key string
-	Off int64
-	Dst []byte
+	Key   string
+	Off   int64
+	Dst   []byte
+	Whole bool
 }
 
 // ErrNotFound: the object does not exist (any more).

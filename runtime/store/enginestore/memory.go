@@ -311,7 +311,7 @@ func (m *memory) read(ctx context.Context, e Engine, rs []Range) (int, error) {
 				used = 0
 			}
 			n := min(len(r.Dst)-at, len(b)-used)
-			batch = append(batch, Range{Key: r.Key, Off: r.Off + int64(at), Dst: b[used : used+n]})
+			batch = append(batch, Range{Key: r.Key, Off: r.Off + int64(at), Dst: b[used : used+n], Whole: r.Whole && n == len(r.Dst)})
 			pieces = append(pieces, piece{r: i, dst: r.Dst[at : at+n]})
 			used += n
 			at += n

@@ -583,9 +583,10 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (int, error) {
 			break
 		}
 		key, off := partKey(r.Key, c.digest, r.Part), int64(r.Off)
+		whole := r.Off == 0 && r.Len() == c.sizes[r.Part] && len(r.Dst) == 1
 		for _, d := range r.Dst {
 			if len(d) > 0 {
-				er = append(er, Range{Key: key, Off: off, Dst: d})
+				er = append(er, Range{Key: key, Off: off, Dst: d, Whole: whole})
 				off += int64(len(d))
 			}
 		}
