@@ -4,31 +4,24 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 )
 
 // visit calls f with the region and offset of every element of the page at
-// slot of a binding, placed by the independent element model (not by the
-// kernels that move the bytes, so that verification proves them), until f
-// returns false. Tokens are the page's (global) token ids, so that a
-// context-parallel rank's share of a page has the values the same tokens
-// have in any other rank's.
+// slot of a binding, placed by place (not by the kernels that move the
+// bytes, so that verification proves them), until f returns false. Tokens
+// are the page's (global) token ids, so that a context-parallel rank's
+// share of a page has the values the same tokens have in any other rank's.
 func visit(g *plan.Geometry, slot int, f func(c, layer, head, token, d, region, off int) bool) {
 	desc := g.Desc
-	kg := kerneltest.Geometry{ItemSize: desc.ItemSize, PageSize: desc.PageSize, Dims: desc.HeadDims}
-	b := &kerneltest.Buffer{Layout: g.Layout, Layers: g.Layers, HeadStart: g.HeadStart, Heads: g.Heads, Slots: g.Slots, Slot: slot,
-		CP: g.Tokens.CPSize, CPRank: g.Tokens.CPRank, Interleave: g.Tokens.Interleave}
+	ts := tokens(desc.PageSize, g.Tokens.CPSize, g.Tokens.CPRank, g.Tokens.Interleave)
+	p := &place{g: g, slot: slot, tokens: len(ts)}
 	for c := range desc.HeadDims {
 		for li, layer := range g.Layers {
 			for h := 0; h < g.Heads; h++ {
-				for t := 0; t < desc.PageSize; t++ {
-					lt, ok := b.Local(t)
-					if !ok {
-						continue
-					}
+				for lt, t := range ts {
 					for d := 0; d < desc.HeadDims[c]; d++ {
-						r, off := kg.Offset(b, c, li, h, lt, d)
+						r, off := p.offset(c, li, h, lt, d)
 						if !f(c, layer, g.HeadStart+h, t, d, r, off) {
 							return
 						}

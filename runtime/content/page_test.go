@@ -2,11 +2,14 @@ package content
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 )
@@ -54,4 +57,40 @@ func TestFillVerify(t *testing.T) {
 	got[1] ^= 0x80
 	require.EqualError(t, Verify(g, regions, 1, seed), fmt.Sprintf(
 		"component 0 layer 2 head 1 token 0 element 3 (region k offset %d): got %x, want %x", kOff, got, want(0, 2, 0, 3)))
+}
+
+// TestPlaceAgreesWithModel: Fill's placement of every element equals that
+// of kerneltest's model (which places by enumerating the layout's tokens),
+// for every built-in pool and part layout, with layers, heads, slots and
+// context parallelism of its own.
+func TestPlaceAgreesWithModel(t *testing.T) {
+	d := &manifest.Descriptor{Layers: []int{3, 4, 5, 7}, KVHeads: 4, HeadDims: []int{8, 4}, Dtype: "bf16", ItemSize: 2, PageSize: 8}
+	for _, name := range layouts.Names() {
+		l, err := layouts.Get(name)
+		require.NoError(t, err)
+		for _, ts := range []manifest.TokenSet{{}, {CPSize: 2, CPRank: 1, Interleave: 1}, {CPSize: 2, CPRank: 0, Interleave: 2}, {CPSize: 4, CPRank: 3, Interleave: 2}} {
+			slots := 3
+			if l.Kind == ir.Part {
+				slots = 1
+			}
+			g, err := plan.NewGeometry(d, plan.Binding{Layout: l, Layers: []int{4, 7}, HeadStart: 1, Heads: 2, Slots: slots, Tokens: ts})
+			if err != nil {
+				continue // a split the CP share does not allow
+			}
+			kg := kerneltest.Geometry{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
+			b := &kerneltest.Buffer{Layout: l, Layers: g.Layers, HeadStart: g.HeadStart, Heads: g.Heads, Slots: g.Slots, Slot: g.Slots - 1,
+				CP: ts.CPSize, CPRank: ts.CPRank, Interleave: ts.Interleave}
+			n := 0
+			visit(g, g.Slots-1, func(c, layer, head, token, e, region, off int) bool {
+				li := slices.Index(g.Layers, layer)
+				lt, ok := b.Local(d.PageSize, token)
+				require.True(t, ok, "%s %+v: token %d", name, ts, token)
+				r, o := kg.Offset(b, c, li, head-g.HeadStart, lt, e)
+				require.Equal(t, [2]int{r, o}, [2]int{region, off}, "%s %+v: component %d layer %d head %d token %d element %d", name, ts, c, layer, head, token, e)
+				n++
+				return true
+			})
+			require.Equal(t, g.PageBytes/d.ItemSize, n, "%s %+v", name, ts)
+		}
+	}
 }

@@ -139,8 +139,8 @@ func elementMap(t testing.TB, m *manifest.Manifest, g *plan.Geometry, slot int) 
 				}
 				for h := h0; h < h1; h++ {
 					for tok := range d.PageSize {
-						st, ok1 := sb.Local(tok)
-						dt, ok2 := dst.Local(tok)
+						st, ok1 := sb.Local(d.PageSize, tok)
+						dt, ok2 := dst.Local(d.PageSize, tok)
 						if !ok1 || !ok2 {
 							continue
 						}

@@ -29,7 +29,7 @@ func fillParts(t *testing.T, m *manifest.Manifest, seed uint64) [][]byte {
 			for li, layer := range p.Layers {
 				for h := 0; h < p.HeadCount; h++ {
 					for tok := 0; tok < d.PageSize; tok++ {
-						lt, ok := b.Local(tok)
+						lt, ok := b.Local(d.PageSize, tok)
 						if !ok {
 							continue
 						}

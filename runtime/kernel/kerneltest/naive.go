@@ -7,6 +7,7 @@ package kerneltest
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
@@ -28,25 +29,38 @@ type Buffer struct {
 	CP, CPRank, Interleave int
 }
 
-// cp returns the CP size and interleave of b, 1 for 0.
-func (b *Buffer) cp() (size, interleave int) { return max(b.CP, 1), max(b.Interleave, 1) }
-
-// Tokens returns the tokens of a page of page tokens that b holds.
-func (b *Buffer) Tokens(page int) int {
-	size, _ := b.cp()
-	return page / size
+// tokens returns the page's tokens b holds, in order, by the dealing's
+// definition: token p belongs to CP rank (p / Interleave) % CP. They are
+// counted, not computed, so that the model does not share the planner's
+// arithmetic (manifest.TokenSet).
+func (b *Buffer) tokens(page int) []int {
+	k := tokenKey{page, max(b.CP, 1), b.CPRank, max(b.Interleave, 1)}
+	if v, ok := tokenCache.Load(k); ok {
+		return v.([]int)
+	}
+	var out []int
+	for p := range page {
+		if (p/k.interleave)%k.cp == k.rank%k.cp {
+			out = append(out, p)
+		}
+	}
+	tokenCache.Store(k, out)
+	return out
 }
 
+type tokenKey struct{ page, cp, rank, interleave int }
+
+var tokenCache sync.Map // tokenKey -> []int
+
+// Tokens returns the tokens of a page of page tokens that b holds.
+func (b *Buffer) Tokens(page int) int { return len(b.tokens(page)) }
+
 // Local returns the index in b of the page's token p, and whether b holds
-// it: runs of Interleave tokens go to rank (run % CP), and b's k-th run
-// holds its local tokens k*Interleave onwards.
-func (b *Buffer) Local(p int) (int, bool) {
-	size, il := b.cp()
-	run := p / il
-	if run%size != b.CPRank%size {
-		return 0, false
-	}
-	return (run/size)*il + p%il, true
+// it: its place among the tokens b holds.
+func (b *Buffer) Local(page, p int) (int, bool) {
+	ts := b.tokens(page)
+	i, ok := slices.BinarySearch(ts, p)
+	return i, ok
 }
 
 // Geometry is what both sides share.
@@ -228,8 +242,8 @@ func (g *Geometry) each(dst, src *Buffer, f func(c, si, di, h, st, dt, d int)) {
 			}
 			for h := max(src.HeadStart, dst.HeadStart); h < min(src.HeadStart+src.Heads, dst.HeadStart+dst.Heads); h++ {
 				for t := 0; t < g.PageSize; t++ {
-					st, ok1 := src.Local(t)
-					dt, ok2 := dst.Local(t)
+					st, ok1 := src.Local(g.PageSize, t)
+					dt, ok2 := dst.Local(g.PageSize, t)
 					if !ok1 || !ok2 {
 						continue
 					}
@@ -269,8 +283,8 @@ func (g *Geometry) Problem(src, dst *Buffer) *kernel.Problem {
 		p.Src.Tokens, p.Dst.Tokens = src.Tokens(g.PageSize), dst.Tokens(g.PageSize)
 		p.Tokens = []kernel.TokenPair{}
 		for t := 0; t < g.PageSize; t++ {
-			st, ok1 := src.Local(t)
-			dt, ok2 := dst.Local(t)
+			st, ok1 := src.Local(g.PageSize, t)
+			dt, ok2 := dst.Local(g.PageSize, t)
 			if ok1 && ok2 {
 				p.Tokens = append(p.Tokens, kernel.TokenPair{Src: int32(st), Dst: int32(dt)})
 			}
