@@ -481,7 +481,7 @@ def bind(config, mem_pool_host, extra=None):
         return getattr(p, name)
 
     # pools whose bytes are not (only) a KV buffer kvreshard can describe
-    kvb = getattr(p, "kv_buffer", None)
+    kvb = attr("kv_buffer")
     if kvb is None:
         raise ConfigError("the host pool (%s) has no KV bytes (its kv_buffer is None): a logical anchor of a "
                           "hybrid model (DeepSeek-V4) or an allocator-only pool keeps the cache in pools kvreshard "

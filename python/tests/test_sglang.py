@@ -970,6 +970,10 @@ def test_other_pools_refused(tmp_path):
         assert str(e.value) == "kvreshard sglang: " + msg
 
     p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
+    del p.kv_buffer  # MHATokenToKOnlyPoolHost's data is in k_buffer alone
+    refused(p, "the host pool (FakeMHAHostPool) has no kv_buffer; kvreshard binds SGLang's MHATokenToKVPoolHost "
+               "and MLATokenToKVPoolHost")
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
     p.shard_size = 2
     refused(p, "the host pool (FakeMHAHostPool) is page-interleaved over 2 ranks (shard_size): not supported")
     p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
