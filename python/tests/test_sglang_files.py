@@ -97,7 +97,6 @@ def test_stand_ins_without_sglang(tmp_path):
     code = """
 import sys
 sys.modules["sglang"] = None  # no SGLang at all
-import numpy as np
 import kvreshard.sglang as ks
 from sglang_pools import FakeMHAHostPool, indices
 assert not ks.HAVE_SGLANG and ks.PoolName.KV == "kv" and ks.storage_metrics_class() is None
