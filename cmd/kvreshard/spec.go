@@ -175,11 +175,14 @@ type modelSpec struct {
 }
 
 // parseModel parses
-// layers=12,kv-heads=4,head-dim=8[,v-head-dim=8],dtype=fp32,page=16[,mla=1][,name=..][,revision=..][,namespace=..][,fingerprint=..].
+// layers=12,kv-heads=4,head-dim=8[,v-head-dim=8],dtype=fp32,page=16[,mla=1][,draft-layers=N][,name=..][,revision=..][,namespace=..][,fingerprint=..].
+// draft-layers=N says that the last N of the layers are the draft layers of
+// speculative decoding (MTP), which a page holds after the model's own; it
+// enters the model domain.
 func parseModel(s string) (*modelSpec, error) {
 	const f = "--model"
 	kv, err := keyValues(f, s, "layers", "kv-heads", "head-dim", "v-head-dim", "dtype", "page", "mla",
-		"name", "revision", "namespace", "fingerprint")
+		"draft-layers", "name", "revision", "namespace", "fingerprint")
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +229,12 @@ func parseModel(s string) (*modelSpec, error) {
 	}
 	if d.PageSize, err = intValue(f, kv, "page", -1, 1); err != nil {
 		return nil, err
+	}
+	if d.DraftLayers, err = intValue(f, kv, "draft-layers", 0, 0); err != nil {
+		return nil, err
+	}
+	if d.DraftLayers > layers {
+		return nil, usagef("%s: draft-layers=%d is more than layers=%d", f, d.DraftLayers, layers)
 	}
 	if err := d.Validate(); err != nil {
 		return nil, usagef("%s: %v", f, err)

@@ -21,6 +21,7 @@ func FuzzSpecs(f *testing.F) {
 	f.Add("layers=+12,kv-heads=04,head-dim=8,dtype=fp32,page=16", "tp=+1,pp=1,layout=PLHD", "tp=1,rank=+0/0,layout=page_first")
 	f.Add("layers=4,kv-heads=1,head-dim=32,mla=1,dtype=bf16,page=16", "tp=2,cp=2,cp-interleave=1,layout=PLHD", "tp=1,cp=4,cp-interleave=4,rank=0/0/3,layout=page_first")
 	f.Add("layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16", "tp=2,cp=16,cp-interleave=1,layout=LPHD", "tp=4,cp=3,rank=1/0/2,layout=page_head")
+	f.Add("layers=5,kv-heads=2,head-dim=8,dtype=bf16,page=4,draft-layers=1", "tp=2,pp=2,pp-layers=2/3,layout=LPHD", "tp=1,rank=0/0,layout=page_head")
 	f.Fuzz(func(t *testing.T, model, src, dst string) {
 		ms, tss, err := parseSpecs("", model, topoFlag{"--src", src, false}, topoFlag{"--dst", dst, true})
 		if err != nil {

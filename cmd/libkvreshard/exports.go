@@ -85,6 +85,7 @@ func goModel(m *C.kvr_model) modelArgs {
 		page: int(m.page), mla: int(m.mla),
 		dtype: goStr(m.dtype), name: goStr(m.name), revision: goStr(m.revision),
 		namespace: goStr(m.namespace_), fingerprint: goStr(m.fingerprint),
+		draftLayers: int(m.draft_layers),
 	}
 }
 

@@ -114,6 +114,13 @@ typedef struct {
      * variant never shares pages. The kvreshard command's defaults are
      * name "model", revision "0", namespace "kvreshard", fingerprint "". */
     const char *name, *revision, *namespace_, *fingerprint;
+    /* 0..layers: the last draft_layers of the layers are the draft layers of
+     * speculative decoding (MTP) that a page holds after the model's own
+     * (SGLang folds them into its host pool). They enter the model domain,
+     * so that pages with and without them never share a key; 0 gives the
+     * domain of a model without draft layers. Last in the struct: an
+     * initializer that stops before it (or `kvr_model m = {0};`) gives 0. */
+    int32_t draft_layers;
 } kvr_model;
 
 /* A rank's place in a TP x PP x CP topology. Zero-initialize it (as with

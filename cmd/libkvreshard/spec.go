@@ -17,6 +17,7 @@ import (
 type modelArgs struct {
 	layers, kvHeads, headDim, vHeadDim, page, mla int
 	dtype, name, revision, namespace, fingerprint string
+	draftLayers                                   int // the last draftLayers layers are MTP draft layers
 }
 
 // maxLayers bounds a model's layers, which are listed one by one: far past
@@ -56,6 +57,10 @@ func buildModel(a modelArgs) (manifest.Model, error) {
 		return manifest.Model{}, invalidf("model: %v", err)
 	}
 	d.PageSize = a.page
+	if a.draftLayers < 0 || a.draftLayers > a.layers {
+		return manifest.Model{}, invalidf("model: draft_layers %d is not from 0 to the %d layers", a.draftLayers, a.layers)
+	}
+	d.DraftLayers = a.draftLayers
 	m := manifest.Model{Namespace: a.namespace, ModelID: a.name, Revision: a.revision, Fingerprint: a.fingerprint, Descriptor: d}
 	if err := m.Validate(); err != nil {
 		return manifest.Model{}, invalidf("model: %v", err)

@@ -243,15 +243,21 @@ class Model:
     command line. Pages are stored under the model domain, a digest of the
     name, revision, namespace, fingerprint, dtype and shape (never of TP,
     PP or layout). The defaults of name, revision and namespace are the
-    command line's, so that ``kvreshard read`` finds pages written here."""
+    command line's, so that ``kvreshard read`` finds pages written here.
+
+    draft_layers: how many of the last of the layers are the draft layers
+    of speculative decoding (MTP) that a page holds after the model's own
+    (0 to layers; the --model flag's draft-layers). They enter the model
+    domain: pages with and without them never share a key."""
 
     def __init__(self, layers, kv_heads, head_dim, dtype, page, v_head_dim=None, mla=False,
-                 name="model", revision="0", namespace="kvreshard", fingerprint=""):
+                 name="model", revision="0", namespace="kvreshard", fingerprint="", draft_layers=0):
         self.layers = _int32("model layers", layers)
         self.kv_heads = _int32("model kv_heads", kv_heads)
         self.head_dim = _int32("model head_dim", head_dim)
         self.v_head_dim = None if v_head_dim is None else _int32("model v_head_dim", v_head_dim)
         self.page = _int32("model page", page)
+        self.draft_layers = _int32("model draft_layers", draft_layers)
         if not isinstance(mla, bool):
             raise TypeError("kvreshard: model mla must be a bool, not %s" % type(mla).__name__)
         self.mla = mla
@@ -265,7 +271,7 @@ class Model:
             ("namespace", namespace), ("fingerprint", fingerprint))]
         s = self._strs
         self._c = _lib.CModel(self.layers, self.kv_heads, self.head_dim, self.v_head_dim or 0,
-                              self.page, int(mla), s[0], s[1], s[2], s[3], s[4])
+                              self.page, int(mla), s[0], s[1], s[2], s[3], s[4], self.draft_layers)
 
     @property
     def item_size(self):
@@ -286,6 +292,8 @@ class Model:
         f += ["dtype=%r" % self.dtype, "page=%d" % self.page]
         if self.mla:
             f.append("mla=True")
+        if self.draft_layers:
+            f.append("draft_layers=%d" % self.draft_layers)
         f += ["name=%r" % self.name, "revision=%r" % self.revision, "namespace=%r" % self.namespace]
         if self.fingerprint:
             f.append("fingerprint=%r" % self.fingerprint)

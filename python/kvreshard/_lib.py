@@ -85,6 +85,7 @@ class CModel(ctypes.Structure):
         ("revision", ctypes.c_char_p),
         ("namespace_", ctypes.c_char_p),
         ("fingerprint", ctypes.c_char_p),
+        ("draft_layers", ctypes.c_int32),
     ]
 
 

@@ -13,23 +13,62 @@ SGLang loads it with its dynamic backend::
 so that instances of other TP, PP and host-pool layouts (page_first,
 page_first_direct, layer_first, page_head) share one copy of each page: each
 rank writes its own part and reads only its layers, heads and (with context
-parallelism) tokens from any layout. The SGLang classes are used when
-SGLang is importable; otherwise the module defines stand-ins with the same
-names, so that it imports (and is tested) without SGLang or torch.
+parallelism) tokens from any layout. The SGLang classes (HiCacheStorage,
+HiCacheStorageConfig, PoolName, PoolTransfer, PoolTransferResult) are used
+when SGLang's hicache_storage module is importable; otherwise the module
+defines stand-ins with the same names and fields, so that it imports (and
+is tested) without SGLang or torch. Written against SGLang 0.5.23.
+
+What it stores: the KV host pool, SGLang's PoolName.KV, in place:
+
+- MHA (MHATokenToKVPoolHost; K and V of other head dims too, when SGLang
+  keeps them in two buffers) and MLA (MLATokenToKVPoolHost, the latent).
+- MTP speculative decoding whose draft layers SGLang folds into that pool
+  (EAGLE with NextN/MTP layers: the pool's layer_num is its target layers
+  plus one layer a draft, the drafts after the target layers, while
+  start_layer and end_layer stay the target's). A page then holds the
+  target's layers and then the draft's; the model domain records the
+  draft layers (kvreshard.Model draft_layers), so pools with and without
+  them never share a page, and any TP, PP and layout with the same draft
+  layers reads them. SGLang runs the draft on the last PP stage only, so
+  with PP > 1 the other stages cannot see the draft layers: give every
+  rank extra_config ``draft_layers``.
+- Context parallelism: SGLang's DCP and attention CP (below).
+
+Both of SGLang's interfaces move the same pages: v1 (batch_exists,
+batch_get_v1, batch_set_v1, with ``interface_v1``) and v2 (batch_exists_v2,
+batch_get_v2, batch_set_v2 for PoolName.KV transfers; kv_hit_pages is the
+leading run of complete pages). SGLang 0.5.23 moves KV pages through v1
+and asks v2 about side pools only; the KV transfers of v2 serve callers
+that send KV through it. A pool other than KV (Mamba, SWA,
+auxiliary SWA, indexer, the DeepSeek-V4 pools, draft sidecars, ...) is not
+stored: register_mem_host_pool_v2 refuses it (ConfigError naming it)
+before serving starts, and should a v2 call name one anyway its entry is
+all False and batch_exists_v2 reports no hit. A KV pool without bytes
+(kv_buffer None: DeepSeek-V4's logical anchor, an allocator-only MLA pool)
+is refused too. No v1 or v2 call raises or returns None (either kills
+SGLang's prefetch or backup thread for good): errors are logged and the
+pages reported as not read, not written or missing.
 
 extra_config keys (besides SGLang's backend_name, module_path, class_name):
 
 - ``interface_v1``: must be 1: kvreshard reads and writes the host pool in
-  place (batch_get_v1, batch_set_v1) and has no copying interface.
+  place (batch_get_v1, batch_set_v1, and v2 on top of them) and has no
+  copying interface.
 - ``url`` (required): the store, e.g. ``redis://host:6379`` or ``file:///dir``.
-- ``layers``: the model's layers; required with PP > 1 unless
-  ``pp_layers`` or SGLANG_PP_LAYER_PARTITION gives the split.
-- ``pp_layers``: the PP split (layers per stage, a list or "a,b,c"); by
-  default SGLang's own rule (sglang.srt.distributed.utils.get_pp_indices,
-  which honours SGLANG_PP_LAYER_PARTITION; the same rule is built in when
-  SGLang is not importable). Every rank checks that its host pool's
-  start_layer and end_layer are its stage of the split, and refuses to
-  start otherwise: a wrong split puts layers in the wrong place.
+- ``layers``: the model's layers (without MTP draft layers); required with
+  PP > 1 unless ``pp_layers`` or SGLANG_PP_LAYER_PARTITION gives the split.
+- ``pp_layers``: the PP split (layers per stage, a list or "a,b,c", without
+  draft layers); by default SGLang's own rule
+  (sglang.srt.distributed.utils.get_pp_indices, which honours
+  SGLANG_PP_LAYER_PARTITION; the same rule is built in when SGLang is not
+  importable). Every rank checks that its host pool's start_layer and
+  end_layer are its stage of the split, and refuses to start otherwise: a
+  wrong split puts layers in the wrong place.
+- ``draft_layers``: the MTP draft layers (0 or more) the last PP stage's
+  host pool holds after its target layers; by default what the pool says.
+  Required on every rank with PP > 1 and MTP (the last stage refuses to
+  start without it); checked against the pool where the pool has them.
 - ``kv_heads``: the model's KV heads; by default head_num x tp_size (x
   tp_size / dcp_size under DCP), which is wrong when TP exceeds the KV heads
   (heads replicated): give it then.
@@ -38,14 +77,24 @@ extra_config keys (besides SGLang's backend_name, module_path, class_name):
   dtype and the shapes they make the model domain, so another model, dtype,
   revision or tenant never shares pages. An fp8 cache (stored as uint8)
   adds its variant (float8_e4m3fn, float8_e5m2) to the fingerprint, from
-  the device pool or ``fp8_variant``.
+  the pool where it says (older SGLang's device_pool) or ``fp8_variant``,
+  which SGLang 0.5.23's host pools need.
 - ``part_layout``: PLHD, LPHD or HPLD, how this instance's parts are
   stored (default: the pool layout's own).
+- ``check_parts`` (default false): kvreshard.Reader's check_parts: every
+  byte a read copies into the host pool is checked against the checksums
+  its part was stored with, and a page that fails is not a hit. Checked
+  reads are staged (through a buffer, with the checksum blocks around the
+  bytes needed), never direct: see the package README for what it costs.
 - ``max_procs``: cap the Go runtime's threads in this rank process.
-
 - ``cp_interleave``: the tokens of each run of a page dealt to a CP rank
   round-robin (context parallelism, below); ``cp``: the CP size, checked
   against the framework's when given.
+
+SGLang's own extra_config keys (prefetch_threshold, prefetch_timeout_base,
+prefetch_timeout_per_ki_token, hicache_storage_pass_prefix_keys,
+tp_lcm_size) are SGLang's: it takes them out before the backend sees the
+rest.
 
 Context parallelism. Under SGLang's decode context parallelism
 (``--dcp-size``) the host pool carries ``dcp_size`` and ``dcp_rank``: a
@@ -57,25 +106,31 @@ page). The backend binds model page = page_size x dcp_size, CP = dcp_size,
 CP rank = dcp_rank, and TP = tp_size / dcp_size with TP rank tp_rank /
 dcp_size (SGLang's DCP groups are runs of dcp_size TP ranks holding the same
 heads), so that such an instance and one of another DCP size, or none, share
-pages. Attention context parallelism (the storage config's
-``attn_cp_size`` and ``attn_cp_rank``, SGLang's NSA context parallel) binds
-CP = attn_cp_size and CP rank = attn_cp_rank over pages of page_size x
-attn_cp_size tokens, host indices page_size a page, once extra_config
-``cp_interleave`` says how its tokens are dealt (SGLang's config does not):
-without it the backend refuses to start.
+pages. (SGLang 0.5.23 attaches only its file and mooncake backends under
+DCP.) Attention context parallelism (the storage config's ``attn_cp_size``
+and ``attn_cp_rank``, SGLang's NSA context parallel) binds CP = attn_cp_size
+and CP rank = attn_cp_rank over pages of page_size x attn_cp_size tokens,
+host indices page_size a page, once extra_config ``cp_interleave`` says how
+its tokens are dealt (SGLang's config does not): without it the backend
+refuses to start.
 
-Not supported (refused at start): DCP and attention context parallelism at
-once, head splitting across heterogeneous TP (should_split_heads), host
-pools holding MTP draft layers, and pools other than MHATokenToKVPoolHost
-and MLATokenToKVPoolHost.
+Not supported (refused at start): pools other than KV (above), a KV pool
+without bytes, DCP and attention context parallelism at once, head
+splitting across heterogeneous TP (should_split_heads), MLA layer sharding
+(target_layer_num not end_layer - start_layer), page-interleaved KV sharding
+(shard_size > 1), pools with KV scales (MXFP8), SGLang's page_unified and
+page_first_kv_split layouts, and MTP draft layers on a PP stage other than
+the last.
 """
 
+import importlib
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Dict, List, Optional
 
 import kvreshard as kv
 
@@ -95,6 +150,14 @@ except Exception:  # ImportError, or SGLang without torch or a GPU
         def register_mem_pool_host(self, mem_pool_host):
             self.mem_pool_host = mem_pool_host
 
+        def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+            if not hasattr(self, "registered_pools"):
+                self.registered_pools = {}
+            self.registered_pools[host_pool_name] = host_pool
+
+        def on_host_pools_registered(self):
+            pass
+
         def batch_exists(self, keys, extra_info=None):
             for i, k in enumerate(keys):
                 if not self.exists(k):
@@ -109,7 +172,7 @@ except Exception:  # ImportError, or SGLang without torch or a GPU
 
     @dataclass
     class HiCacheStorageConfig:
-        """Stand-in for SGLang's HiCacheStorageConfig (same fields)."""
+        """Stand-in for SGLang's HiCacheStorageConfig (0.5.23's fields)."""
         tp_rank: int
         tp_size: int
         pp_rank: int
@@ -120,11 +183,13 @@ except Exception:  # ImportError, or SGLang without torch or a GPU
         enable_storage_metrics: bool
         is_page_first_layout: bool
         model_name: Optional[str]
-        dp_rank: int = 0
-        dp_size: int = 1
         tp_lcm_size: Optional[int] = None
         should_split_heads: bool = False
+        dp_rank: int = 0
         extra_config: Optional[dict] = None
+        dcp_size: int = 1
+        dcp_rank: int = 0
+        logical_page_size: Optional[int] = None
 
     @dataclass
     class HiCacheStorageExtraInfo:
@@ -132,19 +197,79 @@ except Exception:  # ImportError, or SGLang without torch or a GPU
         prefix_keys: Optional[List[str]] = None
         extra_info: Optional[dict] = None
 
-try:
-    from sglang.srt.metrics.collector import StorageMetrics
+try:  # the v2 interface's classes (SGLang 0.5.10 and later)
+    from sglang.srt.mem_cache.hicache_storage import (  # noqa: F401
+        PoolHitPolicy, PoolName, PoolTransfer, PoolTransferResult)
 except Exception:
+    class PoolName(str, Enum):
+        """Stand-in for SGLang's PoolName: the pools this module's docs and
+        tests name. SGLang has more, and adds some in most releases: the
+        backend treats names as an open set (anything but "kv" is a pool
+        it does not store)."""
+        KV = "kv"
+        MAMBA = "mamba"
+        SWA = "swa"
+        INDEXER = "indexer"
+        DRAFT = "draft"
+
+        def __str__(self):
+            return self.value
+
+    class PoolHitPolicy(str, Enum):
+        """Stand-in for SGLang's PoolHitPolicy."""
+        ALL_PAGES = "all_pages"
+        TRAILING_PAGES = "trailing_pages"
+        BLOCK_GROUPS = "block_groups"
+
     @dataclass
-    class StorageMetrics:
-        """Stand-in for SGLang's StorageMetrics (what get_stats returns)."""
-        prefetch_pgs: List[int] = field(default_factory=list)
-        backup_pgs: List[int] = field(default_factory=list)
-        prefetch_bandwidth: List[float] = field(default_factory=list)
-        backup_bandwidth: List[float] = field(default_factory=list)
+    class PoolTransfer:
+        """Stand-in for SGLang's PoolTransfer (the fields a storage backend
+        reads: host_indices are slots of the host pool registered under
+        name, page_size of them a page)."""
+        name: Any
+        host_indices: Any = None
+        device_indices: Any = None
+        keys: Optional[List[str]] = None
+        hit_policy: Any = PoolHitPolicy.ALL_PAGES
+        nodes_to_load: Optional[List[Any]] = None
+        indices_from_pool: Any = None
+        block_pages: int = 0
+        group_pages: int = 0
+
+    @dataclass
+    class PoolTransferResult:
+        """Stand-in for SGLang's PoolTransferResult."""
+        kv_hit_pages: int
+        extra_pool_hit_pages: Dict[str, int]
+        restorable_prefix_pages: Optional[List[int]] = None
 
 
+# StorageMetrics, what get_stats returns, is where SGLang keeps it since
+# 0.5.10, else where it was before. Importing it pulls in torch-heavy
+# modules, so storage_metrics_class looks it up on first use, not here.
+_METRICS_MODULES = ("sglang.srt.observability.metrics_collector", "sglang.srt.metrics.collector")
 _METRICS = ("prefetch_pgs", "backup_pgs", "prefetch_bandwidth", "backup_bandwidth")
+_metrics_class = None  # (the class or None,) once looked up
+
+
+def storage_metrics_class():
+    """SGLang's StorageMetrics class, or None when it cannot be imported
+    (looked up once; SGLang asserts that get_stats returns that class or
+    None)."""
+    global _metrics_class
+    if _metrics_class is None:
+        found, why = None, []
+        for mod in _METRICS_MODULES:
+            try:
+                found = importlib.import_module(mod).StorageMetrics
+                break
+            except Exception as e:
+                why.append("%s: %s" % (mod, e))
+        if found is None:
+            logger.info("kvreshard: SGLang's StorageMetrics is not importable (%s): get_stats returns None",
+                        "; ".join(why))
+        _metrics_class = (found,)
+    return _metrics_class[0]
 
 
 class ConfigError(kv.InvalidArgument):
@@ -211,17 +336,14 @@ def _dtype_name(d):
     return name.rsplit(".", 1)[-1]
 
 
-def _shapes(layout, mla, layers, size, pages, page, heads, dim):
-    """SGLang's kv_buffer shape of a host pool layout (memory_pool_host)."""
-    if mla:
-        return {"layer_first": (layers, size, 1, dim),
-                "page_first": (size, layers, 1, dim),
-                "page_first_direct": (pages, layers, page, 1, dim),
-                "page_head": (pages, 1, page, layers, dim)}[layout]
-    return {"layer_first": (2, layers, size, heads, dim),
-            "page_first": (2, size, layers, heads, dim),
-            "page_first_direct": (2, pages, layers, page, heads, dim),
-            "page_head": (2, pages, heads, page, layers, dim)}[layout]
+def _comp_shape(layout, layers, size, pages, page, heads, dim):
+    """The shape of one component (K, V or the MLA latent, heads 1) of
+    SGLang's host pool of a layout (pool_host/mha.py and mla.py); an MHA
+    kv_buffer of equal K and V dims is (2,) + this."""
+    return {"layer_first": (layers, size, heads, dim),
+            "page_first": (size, layers, heads, dim),
+            "page_first_direct": (pages, layers, page, heads, dim),
+            "page_head": (pages, heads, page, layers, dim)}[layout]
 
 
 def _region(t, what):
@@ -256,6 +378,14 @@ def _int_list(what, v):
     return out
 
 
+def _count(what, v):
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ConfigError("extra_config %s=%r is not a whole number >= 0" % (what, v))
+    return v
+
+
 def _positive(what, v):
     if isinstance(v, str) and v.strip().isdigit():
         v = int(v)
@@ -279,6 +409,7 @@ class Binding:
     cp_rank: int = 0
     cp_interleave: int = 1
     host_page: int = 0  # host indices a page in batch_get_v1 and batch_set_v1 (0: page)
+    draft_layers: int = 0  # the model's MTP draft layers (the last PP stage holds them)
 
 
 def _pool_int(p, name, default):
@@ -349,6 +480,19 @@ def bind(config, mem_pool_host, extra=None):
                               "MHATokenToKVPoolHost and MLATokenToKVPoolHost" % (cls, name))
         return getattr(p, name)
 
+    # pools whose bytes are not (only) a KV buffer kvreshard can describe
+    kvb = attr("kv_buffer")
+    if kvb is None:
+        raise ConfigError("the host pool (%s) has no KV bytes (its kv_buffer is None): a logical anchor of a "
+                          "hybrid model (DeepSeek-V4) or an allocator-only pool keeps the cache in pools kvreshard "
+                          "does not store" % cls)
+    if _pool_int(p, "shard_size", 1) > 1:
+        raise ConfigError("the host pool (%s) is page-interleaved over %d ranks (shard_size): not supported"
+                          % (cls, _pool_int(p, "shard_size", 1)))
+    for scales in ("k_scale_host", "v_scale_host", "scale_kv_buffer"):
+        if getattr(p, scales, None) is not None:
+            raise ConfigError("the host pool (%s) keeps KV scales (%s) beside its kv_buffer (MXFP8): kvreshard "
+                              "does not store them" % (cls, scales))
     if getattr(config, "should_split_heads", False):
         raise ConfigError("should_split_heads (tp_lcm_size) is not supported")
     layout = attr("layout")
@@ -359,25 +503,50 @@ def bind(config, mem_pool_host, extra=None):
     size = int(getattr(p, "size", pages * page))
     if size != pages * page:
         raise ConfigError("the host pool has %d tokens, not page_num %d x page_size %d" % (size, pages, page))
+
+    # layers: the stage's target layers [start, end), then MTP draft layers
     start, end = int(attr("start_layer")), int(attr("end_layer"))
     lr = end - start
     if start < 0 or lr <= 0:
         raise ConfigError("the host pool's layers [%d, %d) are empty" % (start, end))
-    layer_num = int(getattr(p, "layer_num", lr))
-    if layer_num != lr:
-        raise ConfigError("the host pool holds %d layers but start_layer..end_layer is [%d, %d): "
-                          "pools with MTP draft layers are not supported" % (layer_num, start, end))
+    layer_num = _pool_int(p, "layer_num", lr)
+    target = _pool_int(p, "target_layer_num", None)
+    if target is None and layer_num != lr:
+        raise ConfigError("the host pool holds %d layers but start_layer..end_layer is [%d, %d) and it has no "
+                          "target_layer_num to tell MTP draft layers from them" % (layer_num, start, end))
+    if target is not None and target != lr:
+        raise ConfigError("the host pool's target_layer_num is %d but start_layer..end_layer is [%d, %d): MLA "
+                          "layer sharding is not supported" % (target, start, end))
+    drafts = layer_num - lr
+    if drafts < 0:
+        raise ConfigError("the host pool holds %d layers, fewer than its target layers [%d, %d)"
+                          % (layer_num, start, end))
+
     mla = bool(config.is_mla_model)
     if mla:
-        dim, heads = int(attr("kv_cache_dim")), 1
+        dims, heads = [int(attr("kv_cache_dim"))], 1
     else:
-        dim, heads = int(attr("head_dim")), int(attr("head_num"))
-    kvb = attr("kv_buffer")
-    want = _shapes(layout, mla, lr, size, pages, page, heads, dim)
-    shape = tuple(int(x) for x in kvb.shape)
-    if shape != want:
-        raise ConfigError("the host pool's kv_buffer has shape %s; SGLang's %s%s pool of these sizes "
-                          "has %s" % (shape, "MLA " if mla else "", layout, want))
+        heads, k = int(attr("head_num")), int(attr("head_dim"))
+        dims = [k, _pool_int(p, "v_head_dim", k)]
+    shapes = [_comp_shape(layout, layer_num, size, pages, page, heads, d) for d in dims]
+    if mla:
+        comps, what = [kvb], ["kv_buffer"]
+        want = [shapes[0]]
+    elif isinstance(kvb, (tuple, list)):
+        # K and V of different head dims: SGLang keeps them in two buffers
+        if len(kvb) != 2:
+            raise ConfigError("the host pool's kv_buffer holds %d buffers, not K and V" % len(kvb))
+        comps, what, want = list(kvb), ["K buffer", "V buffer"], shapes
+    elif dims[0] != dims[1]:
+        raise ConfigError("the host pool's head_dim %d and v_head_dim %d differ but its kv_buffer is one tensor"
+                          % (dims[0], dims[1]))
+    else:
+        comps, what, want = [kvb], ["kv_buffer"], [(2,) + shapes[0]]
+    for t, w, name in zip(comps, want, what):
+        shape = tuple(int(x) for x in getattr(t, "shape", ()))
+        if shape != w:
+            raise ConfigError("the host pool's %s has shape %s; SGLang's %s%s pool of these sizes has %s"
+                              % (name, shape, "MLA " if mla else "", layout, w))
 
     # dtype: the kvreshard name, and the fp8 variant for the fingerprint
     store_dt = _dtype_name(attr("dtype"))
@@ -400,12 +569,15 @@ def bind(config, mem_pool_host, extra=None):
             raise ConfigError("the host pool stores fp8 as %s and its variant is unknown: give extra_config "
                               "fp8_variant (e4m3fn or e5m2)" % store_dt)
     item = kv.DTYPES[dt]
-    elems = 1
-    for x in want:
-        elems *= x
-    if _nbytes(kvb) != elems * item:
-        raise ConfigError("the host pool's kv_buffer has %d bytes; %s elements of %s have %d"
-                          % (_nbytes(kvb), want, dt, elems * item))
+    total = 0
+    for t, w, name in zip(comps, want, what):
+        elems = 1
+        for x in w:
+            elems *= x
+        if _nbytes(t) != elems * item:
+            raise ConfigError("the host pool's %s has %d bytes; %s elements of %s have %d"
+                              % (name, _nbytes(t), w, dt, elems * item))
+        total += elems * item
 
     tp, pp = int(config.tp_size), int(config.pp_size)
     tp_rank, pp_rank = int(config.tp_rank), int(config.pp_rank)
@@ -422,7 +594,8 @@ def bind(config, mem_pool_host, extra=None):
                               "groups are runs of dcp_size TP ranks" % (cp_rank, tp_rank, cp))
         tp, tp_rank = tp // cp, tp_rank // cp
 
-    # the whole PP split, from extra_config or the framework's rule
+    # the whole PP split of the target layers, from extra_config or the
+    # framework's rule
     if "pp_layers" in extra:
         split = _int_list("pp_layers", extra["pp_layers"])
         if len(split) != pp:
@@ -451,6 +624,27 @@ def bind(config, mem_pool_host, extra=None):
                           "gives it [%d, %d): set extra_config pp_layers to the split the model runs with"
                           % (pp_rank, start, end, "/".join(map(str, split)), layers, s0, s0 + split[pp_rank]))
 
+    # MTP draft layers: SGLang runs the draft on the last PP stage, whose
+    # host pool holds them after its target layers; the model's layers are
+    # the target's and then the drafts', which the last stage holds.
+    last = pp_rank == pp - 1
+    if drafts and not last:
+        raise ConfigError("PP rank %d's host pool holds %d MTP draft layers, but SGLang runs the draft on the "
+                          "last PP stage (%d) only" % (pp_rank, drafts, pp - 1))
+    if "draft_layers" in extra:
+        model_drafts = _count("draft_layers", extra["draft_layers"])
+        if last and model_drafts != drafts:
+            raise ConfigError("extra_config draft_layers=%d, but the host pool of the last PP stage holds %d "
+                              "(layer_num %d, target layers [%d, %d))"
+                              % (model_drafts, drafts, layer_num, start, end))
+    elif drafts and pp > 1:
+        raise ConfigError("the host pool holds %d MTP draft layers after its target layers [%d, %d); the other "
+                          "PP stages' pools do not show them: give every rank extra_config draft_layers=%d"
+                          % (drafts, start, end, drafts))
+    else:
+        model_drafts = drafts
+    kv_split = split[:-1] + [split[-1] + model_drafts]
+
     # KV heads: the pool holds this TP rank's
     if mla:
         kv_heads = 1
@@ -472,28 +666,32 @@ def bind(config, mem_pool_host, extra=None):
     fp = [str(extra.get("fingerprint", ""))]
     if variant:
         fp.append("fp8=" + variant)
-    model = kv.Model(layers=layers, kv_heads=kv_heads, head_dim=dim, dtype=dt, page=page * cp, mla=mla,
+    model = kv.Model(layers=layers + model_drafts, kv_heads=kv_heads, head_dim=dims[0], dtype=dt, page=page * cp,
+                     v_head_dim=None if mla or dims[1] == dims[0] else dims[1], mla=mla,
                      name=str(name), revision=str(extra.get("revision", "0")),
                      namespace=str(extra.get("namespace", "kvreshard")),
-                     fingerprint=";".join(x for x in fp if x))
-    placement = kv.Placement(tp=tp, pp=pp, rank=(tp_rank, pp_rank, cp_rank), pp_layers=split, cp=cp,
+                     fingerprint=";".join(x for x in fp if x), draft_layers=model_drafts)
+    placement = kv.Placement(tp=tp, pp=pp, rank=(tp_rank, pp_rank, cp_rank), pp_layers=kv_split, cp=cp,
                              cp_interleave=il)
     if mla:
         regions = [_region(kvb, "the host pool's kv_buffer")]
     else:
-        regions = [_region(kvb[0], "the host pool's K buffer"), _region(kvb[1], "the host pool's V buffer")]
+        k_buf, v_buf = (comps[0], comps[1]) if len(comps) == 2 else (kvb[0], kvb[1])
+        regions = [_region(k_buf, "the host pool's K buffer"), _region(v_buf, "the host pool's V buffer")]
     pool = kv.Pool(layout, regions, pages)
-    return Binding(model, placement, pool, layout, page, pages, split,
-                   page_bytes=elems * item // pages, cp=cp, cp_rank=cp_rank, cp_interleave=il,
-                   host_page=page * cp if widened else page)
+    return Binding(model, placement, pool, layout, page, pages, kv_split,
+                   page_bytes=total // pages, cp=cp, cp_rank=cp_rank, cp_interleave=il,
+                   host_page=page * cp if widened else page, draft_layers=model_drafts)
 
 
 class KvreshardStorage(HiCacheStorage):
     """SGLang HiCache L3 storage over kvreshard (see the module doc).
 
-    batch_get_v1 and batch_set_v1 never raise and never return None (an
-    exception or None kills SGLang's prefetch or backup thread for good):
-    errors are logged and the pages reported as not read or not written.
+    The v1 and v2 calls never raise and never return None (an exception or
+    None kills SGLang's prefetch or backup thread for good): errors are
+    logged and the pages reported as not read, not written or missing.
+    Configuration errors raise ConfigError at registration, before serving
+    starts.
 
     clear() cannot clear the store: kvreshard's pages are immutable,
     content-addressed and shared by every rank, instance and tenant of the
@@ -515,9 +713,11 @@ class KvreshardStorage(HiCacheStorage):
             raise ConfigError('extra_config needs "url", the store (redis://host:port, file:///dir)')
         if "max_procs" in extra:
             kv.set_max_procs(_positive("max_procs", extra["max_procs"]))
+        self.check_parts = _flag("check_parts", extra.get("check_parts", False))
         self.binding = None
         self._reader = self._writer = None
         self._mu = threading.Lock()
+        self._unstored = set()  # names of pools a v2 call named that are not stored (logged once)
         self._reset_counters()
         self.store = kv.Store(url)
         logger.info("kvreshard: store %s, TP %d/%d, PP %d/%d, attention CP %d/%d", url, storage_config.tp_rank,
@@ -534,7 +734,7 @@ class KvreshardStorage(HiCacheStorage):
         the storage config and the PP split disagree, and publishes the
         manifest so that a store that fails stops the start."""
         b = bind(self.config, mem_pool_host, self.extra)
-        reader = kv.Reader(self.store, b.model, b.placement, b.pool)
+        reader = kv.Reader(self.store, b.model, b.placement, b.pool, check_parts=self.check_parts)
         try:
             writer = kv.Writer(self.store, b.model, b.placement, b.pool, self.extra.get("part_layout"))
         except Exception:
@@ -548,7 +748,31 @@ class KvreshardStorage(HiCacheStorage):
             raise
         super().register_mem_pool_host(mem_pool_host)
         self.binding, self._reader, self._writer = b, reader, writer
-        logger.info("kvreshard: %r, %r, %r", b.model, b.placement, b.pool)
+        logger.info("kvreshard: %r, %r, %r%s", b.model, b.placement, b.pool,
+                    ", parts checked" if self.check_parts else "")
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        """Register a host pool of SGLang's v2 interface: the KV pool (the
+        one register_mem_pool_host bound, or bound now) is stored; any other
+        pool raises ConfigError naming it: kvreshard does not store it, and
+        the model's pages cannot be restored without it."""
+        name = _pool_name(host_pool_name)
+        if name != "kv":
+            raise ConfigError("SGLang registers its %r host pool (%s), which kvreshard does not store: kvreshard "
+                              "stores the KV pool only (MHA or MLA, MTP draft layers folded in), not the Mamba, "
+                              "SWA, indexer, DeepSeek-V4 or draft sidecar pools of hybrid models"
+                              % (name, type(host_pool).__name__))
+        if self.binding is None:
+            self.register_mem_pool_host(host_pool)
+        elif host_pool is not getattr(self, "mem_pool_host", None):
+            raise ConfigError("SGLang registers a KV host pool (%s) other than the one bound (%s)"
+                              % (type(host_pool).__name__, type(self.mem_pool_host).__name__))
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+
+    def on_host_pools_registered(self):
+        """SGLang's registration is over: a KV pool must be bound."""
+        if self.binding is None:
+            raise ConfigError("SGLang registered no KV host pool")
 
     def _slots(self, host_indices, n):
         """Host token indices (page_size per page, page-aligned; page_size x
@@ -607,20 +831,26 @@ class KvreshardStorage(HiCacheStorage):
 
     def batch_exists(self, keys, extra_info=None):
         """How many leading pages of keys the store holds complete (0 on error, logged)."""
+        n = 0
         try:
+            keys = _key_list(keys)
+            n = len(keys)
             if self._reader is None:
                 raise kv.InvalidArgument("kvreshard: no host pool registered", 1)
             return self._reader.exists(keys)
         except Exception as e:
             self._count(errors=1)
-            logger.error("kvreshard: batch_exists of %s pages failed: %s", _len(keys), e)
+            logger.error("kvreshard: batch_exists of %d pages failed: %s", n, e)
             return 0
 
     def batch_get_v1(self, keys, host_indices, extra_info=None):
-        """Read pages into the host pool; True for each leading page read in full."""
-        n = _len(keys)
-        out = [False] * n
+        """Read pages (keys: any iterable of page hashes) into the host
+        pool; True for each leading page read in full."""
+        n, out = 0, []
         try:
+            keys = _key_list(keys)
+            n = len(keys)
+            out = [False] * n
             slots = self._slots(host_indices, n)
             t = time.perf_counter()
             res = self._reader.read(keys, slots)
@@ -646,10 +876,12 @@ class KvreshardStorage(HiCacheStorage):
     def batch_set_v1(self, keys, host_indices, extra_info=None):
         """Write pages from the host pool; True for each page the store
         holds afterwards (written, already complete, or written by the rank
-        that owns the replicated heads)."""
-        n = _len(keys)
-        out = [False] * n
+        that owns the replicated heads). keys: any iterable of page hashes."""
+        n, out = 0, []
         try:
+            keys = _key_list(keys)
+            n = len(keys)
+            out = [False] * n
             slots = self._slots(host_indices, n)
             t = time.perf_counter()
             st = self._writer.write(keys, slots)
@@ -679,6 +911,80 @@ class KvreshardStorage(HiCacheStorage):
             for k, v in kw.items():
                 self.counters[k] += v
 
+    # SGLang's v2 interface: the KV pool's transfers are v1's calls; every
+    # other pool is one kvreshard does not store (register_mem_host_pool_v2
+    # refuses them, so SGLang should never name one).
+    def _unstored_pool(self, what, name):
+        with self._mu:
+            self.counters["errors"] += 1
+            first = name not in self._unstored
+            self._unstored.add(name)
+        if first:
+            logger.error("kvreshard: %s names the %r pool, which kvreshard does not store: its pages are "
+                         "reported missing (logged once a pool)", what, name)
+
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        """PoolTransferResult: kv_hit_pages is the leading run of keys the
+        store holds complete, reported for PoolName.KV and for the KV
+        transfers among pool_transfers; a transfer of another pool makes
+        the prefix unusable (kv_hit_pages 0, no hits). Never raises."""
+        try:
+            pages = self.batch_exists(keys, extra_info)
+            hits = {}
+            for t in pool_transfers or ():
+                name = getattr(t, "name", None)
+                if _pool_name(name) != "kv":
+                    self._unstored_pool("batch_exists_v2", _pool_name(name))
+                    pages, hits = 0, {}
+                    break
+                hits[name] = pages
+            if pages:
+                hits.setdefault(PoolName.KV, pages)
+            else:
+                hits = {}
+            return PoolTransferResult(pages, hits)
+        except Exception as e:
+            self._count(errors=1)
+            logger.error("kvreshard: batch_exists_v2 failed: %s", e)
+            return PoolTransferResult(0, {})
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        """Read each PoolName.KV transfer's pages (batch_get_v1 of its keys
+        and host_indices); {transfer name: [page read]} for every transfer,
+        all False for a pool kvreshard does not store. Never raises."""
+        return self._v2("batch_get_v2", self.batch_get_v1, transfers, extra_info)
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        """Write each PoolName.KV transfer's pages (batch_set_v1);
+        {transfer name: [page stored]} for every transfer, all False for a
+        pool kvreshard does not store. Never raises."""
+        return self._v2("batch_set_v2", self.batch_set_v1, transfers, extra_info)
+
+    def _v2(self, what, io, transfers, extra_info):
+        out = {}
+        try:
+            transfers = list(transfers or ())
+        except Exception as e:
+            self._count(errors=1)
+            logger.error("kvreshard: %s of transfers %r failed: %s", what, transfers, e)
+            return out
+        for t in transfers:
+            try:
+                name = getattr(t, "name", None)
+                try:
+                    keys = _key_list(getattr(t, "keys", None) or ())
+                except Exception:
+                    keys = []
+                if _pool_name(name) == "kv":
+                    out[name] = io(keys, getattr(t, "host_indices", None), extra_info)
+                else:
+                    self._unstored_pool(what, _pool_name(name))
+                    out[name] = [False] * len(keys)
+            except Exception as e:  # an unhashable name: nothing to report it under
+                self._count(errors=1)
+                logger.error("kvreshard: %s of transfer %r failed: %s", what, t, e)
+        return out
+
     # The copying interface of HiCacheStorage: kvreshard has only the
     # zero-copy one (interface_v1), so these report misses and failures.
     def exists(self, key):
@@ -688,7 +994,10 @@ class KvreshardStorage(HiCacheStorage):
         return None
 
     def batch_get(self, keys, target_locations=None, target_sizes=None):
-        return [None] * _len(keys)
+        try:
+            return [None] * len(_key_list(keys))
+        except Exception:
+            return []
 
     def set(self, key, value=None, target_location=None, target_sizes=None):
         return False
@@ -697,13 +1006,16 @@ class KvreshardStorage(HiCacheStorage):
         return False
 
     def get_stats(self):
-        """The StorageMetrics since the last call (pages and GB/s of each
-        read and write batch), for SGLang's storage metrics; None (which
-        SGLang skips) if its StorageMetrics cannot be built."""
+        """SGLang's StorageMetrics since the last call (pages and GB/s of
+        each read and write batch); None (which SGLang takes for empty
+        metrics) when SGLang's StorageMetrics cannot be imported or built."""
         with self._mu:
             lists, self._metrics = self._metrics, {f: [] for f in _METRICS}
+        cls = storage_metrics_class()
+        if cls is None:
+            return None
         try:
-            m = StorageMetrics()
+            m = cls()
             for f, v in lists.items():
                 getattr(m, f).extend(v)
             return m
@@ -737,8 +1049,24 @@ class KvreshardStorage(HiCacheStorage):
                     logger.error("kvreshard: close: %s", e)
 
 
-def _len(keys):
-    try:
-        return len(keys)
-    except TypeError:
-        return 0
+def _key_list(keys):
+    """keys (any iterable of str: a list, a generator) as a list."""
+    if isinstance(keys, list):
+        return keys
+    if isinstance(keys, (str, bytes)):
+        raise TypeError("keys must be an iterable of str, not one %s" % type(keys).__name__)
+    return list(keys)
+
+
+def _pool_name(name):
+    """A PoolName (or its str value) as its str value."""
+    return str(getattr(name, "value", name))
+
+
+def _flag(what, v):
+    """A boolean extra_config value: true/false (JSON), or 1/0."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise ConfigError("extra_config %s=%r is not true or false" % (what, v))

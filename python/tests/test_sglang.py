@@ -1,8 +1,11 @@
 """The SGLang HiCache backend, driven as SGLang drives it, through a fake
-storage config and fake host pools with SGLang's attribute names and
-kv_buffer shapes (memory_pool_host.py), without SGLang or torch."""
+storage config and fake host pools with SGLang 0.5.23's attribute names and
+kv_buffer shapes (sglang_pools), without SGLang or torch: the module's
+stand-ins for SGLang's classes (test_sglang_files drives it through
+SGLang's own)."""
 
 import glob
+import hashlib
 import importlib
 import itertools
 import logging
@@ -10,8 +13,11 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
+import types
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -19,75 +25,11 @@ import pytest
 import kvreshard as kv
 import kvreshard.sglang as ks
 import oracle as o
+from sglang_pools import (DIM, PAGE, FakeLogicalHostPool, FakeMambaPoolHost, FakeMHAHostPool,  # noqa: F401
+                          FakeMLAHostPool, indices)
 
-PAGE = 4
 LAYERS = 7
 KV_HEADS = 4
-DIM = 8
-
-
-class FakeDtype:
-    """What str() of a torch dtype gives."""
-
-    def __init__(self, name, itemsize):
-        self._name, self.itemsize = name, itemsize
-
-    def __str__(self):
-        return "torch." + self._name
-
-
-class FakeDevicePool:
-    def __init__(self, dtype):
-        self.dtype = dtype
-
-
-class FakeMHAHostPool:
-    """MHATokenToKVPoolHost's attributes; kv_buffer of SGLang's shapes."""
-
-    def __init__(self, layout, page_num, start_layer, end_layer, head_num, head_dim=DIM, page_size=PAGE,
-                 dtype="bfloat16", np_dtype=np.uint16, device_dtype=None):
-        self.layout, self.page_size, self.page_num = layout, page_size, page_num
-        self.size = page_num * page_size
-        self.start_layer, self.end_layer = start_layer, end_layer
-        self.layer_num = end_layer - start_layer
-        self.head_num, self.head_dim = head_num, head_dim
-        self.dtype = FakeDtype(dtype, np.dtype(np_dtype).itemsize)
-        self.device_pool = FakeDevicePool(FakeDtype(device_dtype or dtype, 1))
-        L, S, T, H, D = self.layer_num, page_num, page_size, head_num, head_dim
-        dims = {"layer_first": (2, L, S * T, H, D),
-                "page_first": (2, S * T, L, H, D),
-                "page_first_direct": (2, S, L, T, H, D),
-                "page_head": (2, S, H, T, L, D)}[layout]
-        self.kv_buffer = np.zeros(dims, np_dtype)
-
-    @property
-    def k_buffer(self):
-        return self.kv_buffer[0]
-
-    @property
-    def v_buffer(self):
-        return self.kv_buffer[1]
-
-
-class FakeMLAHostPool:
-    """MLATokenToKVPoolHost's attributes; dcp_size and dcp_rank as SGLang's
-    HostKVCache has them (page_size is this rank's, not the widened one)."""
-
-    def __init__(self, layout, page_num, start_layer, end_layer, kv_lora_rank=8, qk_rope_head_dim=4,
-                 page_size=PAGE, dcp_size=1, dcp_rank=0):
-        self.layout, self.page_size, self.page_num = layout, page_size, page_num
-        self.dcp_size, self.dcp_rank = dcp_size, dcp_rank
-        self.size = page_num * page_size
-        self.start_layer, self.end_layer = start_layer, end_layer
-        self.layer_num = end_layer - start_layer
-        self.kv_lora_rank, self.qk_rope_head_dim = kv_lora_rank, qk_rope_head_dim
-        self.kv_cache_dim = kv_lora_rank + qk_rope_head_dim
-        self.dtype = FakeDtype("bfloat16", 2)
-        L, S, T, D = self.layer_num, page_num, page_size, self.kv_cache_dim
-        dims = {"layer_first": (L, S * T, 1, D),
-                "page_first": (S * T, L, 1, D),
-                "page_first_direct": (S, L, T, 1, D)}[layout]
-        self.kv_buffer = np.zeros(dims, np.uint16)
 
 
 def config(tp, pp, t, p, url, mla=False, model_name="meta-llama/Llama-test", **extra):
@@ -107,34 +49,36 @@ def load_backend(cfg):
     return cls(cfg, {})
 
 
-def instance(url, tp, pp, split, layout, slots=6, mla=False, **extra):
-    """One backend per rank of a TP x PP instance, registered with its host pool."""
+def instance(url, tp, pp, split, layout, slots=6, mla=False, drafts=0, v_head_dim=None, **extra):
+    """One backend per rank of a TP x PP instance, registered with its host
+    pool; with drafts, the last PP stage's pool holds that many MTP draft
+    layers after its target layers (layers LAYERS.. of the oracle's page).
+    Entries: (backend, pool, the oracle's [start, end) layers of the pool,
+    its heads)."""
     out = []
     st = o.stages(split)
     for p, t in itertools.product(range(pp), range(tp)):
         cfg = config(tp, pp, t, p, url, mla=mla, layers=sum(split), **extra)
+        d = drafts if p == pp - 1 else 0
         if mla:
-            pool = FakeMLAHostPool(layout, slots, *st[p])
+            pool = FakeMLAHostPool(layout, slots, *st[p], draft_layers=d)
         else:
-            pool = FakeMHAHostPool(layout, slots, *st[p], head_num=KV_HEADS // tp if tp <= KV_HEADS else 1)
+            pool = FakeMHAHostPool(layout, slots, *st[p], head_num=KV_HEADS // tp if tp <= KV_HEADS else 1,
+                                   draft_layers=d, v_head_dim=v_head_dim)
         b = load_backend(cfg)
         b.register_mem_pool_host(pool)
-        out.append((b, pool, st[p], o.heads_of(1 if mla else KV_HEADS, tp, t)))
+        out.append((b, pool, (st[p][0], st[p][1] + d), o.heads_of(1 if mla else KV_HEADS, tp, t)))
     return out
 
 
-def spec(mla=False):
-    return o.Spec(LAYERS, 1, 12, "bf16", PAGE, mla=True) if mla else o.Spec(LAYERS, KV_HEADS, DIM, "bf16", PAGE)
+def spec(mla=False, drafts=0, v_head_dim=None):
+    if mla:
+        return o.Spec(LAYERS + drafts, 1, 12, "bf16", PAGE, mla=True)
+    return o.Spec(LAYERS + drafts, KV_HEADS, DIM, "bf16", PAGE, v_head_dim=v_head_dim)
 
 
 def comps(pool):
-    return [pool.kv_buffer] if isinstance(pool, FakeMLAHostPool) else [pool.kv_buffer[0], pool.kv_buffer[1]]
-
-
-def indices(slots):
-    """SGLang's host indices of pages at these slots: page_size tokens each."""
-    return np.concatenate([np.arange(s * PAGE, (s + 1) * PAGE, dtype=np.int64) for s in slots]) \
-        if slots else np.zeros(0, np.int64)
+    return pool.comps()
 
 
 def write(inst, keys, slots, sp):
@@ -322,8 +266,9 @@ def test_refuses_to_start(tmp_path):
             "with PP 2 the model's layer count is needed: give extra_config layers (or pp_layers)")
     p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
     p.layer_num = LAYERS + 1
-    refused(config(1, 1, 0, 0, url), p, "the host pool holds 8 layers but start_layer..end_layer is [0, 7): "
-                                        "pools with MTP draft layers are not supported")
+    del p.target_layer_num
+    refused(config(1, 1, 0, 0, url), p, "the host pool holds 8 layers but start_layer..end_layer is [0, 7) and "
+                                        "it has no target_layer_num to tell MTP draft layers from them")
     p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
     p.kv_buffer = p.kv_buffer[:, :8]
     refused(config(1, 1, 0, 0, url), p, "the host pool's kv_buffer has shape (2, 8, 7, 4, 8); SGLang's "
@@ -413,23 +358,59 @@ def test_model_domain_separates_dtypes_and_tenants(tmp_path):
         b.close()
 
 
-def test_stats_of_another_storage_metrics(tmp_path, monkeypatch, caplog):
-    """get_stats gives None (which SGLang skips) rather than raising or
-    returning another class when SGLang's StorageMetrics cannot be built."""
+@dataclass
+class FakeStorageMetrics:
+    """SGLang's StorageMetrics fields."""
+    prefetch_pgs: list = field(default_factory=list)
+    backup_pgs: list = field(default_factory=list)
+    prefetch_bandwidth: list = field(default_factory=list)
+    backup_bandwidth: list = field(default_factory=list)
+
+
+def test_storage_metrics_lookup(monkeypatch, caplog):
+    """StorageMetrics comes from sglang.srt.observability.metrics_collector
+    (SGLang 0.5.10 on), else sglang.srt.metrics.collector (before), looked
+    up on first use and kept; None when neither imports."""
+    new, old = types.ModuleType("new"), types.ModuleType("old")
+    new.StorageMetrics, old.StorageMetrics = FakeStorageMetrics, object
+    for mods, want in [({"sglang.srt.observability.metrics_collector": new, "sglang.srt.metrics.collector": old},
+                        FakeStorageMetrics),
+                       ({"sglang.srt.observability.metrics_collector": None, "sglang.srt.metrics.collector": old},
+                        object),
+                       ({"sglang.srt.observability.metrics_collector": None, "sglang.srt.metrics.collector": None},
+                        None)]:
+        for k, v in mods.items():  # None in sys.modules: the import fails
+            monkeypatch.setitem(sys.modules, k, v)
+        monkeypatch.setattr(ks, "_metrics_class", None)
+        with caplog.at_level(logging.INFO, logger="kvreshard.sglang"):
+            assert ks.storage_metrics_class() is want
+        del sys.modules["sglang.srt.observability.metrics_collector"]  # looked up once
+        assert ks.storage_metrics_class() is want
+    assert caplog.messages[-1].startswith("kvreshard: SGLang's StorageMetrics is not importable "
+                                          "(sglang.srt.observability.metrics_collector: ")
+
+
+def test_stats_without_storage_metrics(tmp_path, monkeypatch, caplog):
+    """get_stats gives None (which SGLang takes for empty metrics) rather
+    than raising or returning another class when SGLang's StorageMetrics
+    cannot be imported or built."""
 
     class Other:
         def __init__(self):
             raise TypeError("this StorageMetrics needs arguments")
 
     w = instance("file://" + str(tmp_path), 1, 1, [LAYERS], "page_first")
-    monkeypatch.setattr(ks, "StorageMetrics", Other)
+    monkeypatch.setattr(ks, "_metrics_class", (None,))
+    assert w[0][0].get_stats() is None
+    monkeypatch.setattr(ks, "_metrics_class", (Other,))
     with caplog.at_level(logging.ERROR, logger="kvreshard.sglang"):
         assert w[0][0].get_stats() is None
     assert caplog.messages == ["kvreshard: get_stats: this StorageMetrics needs arguments"]
     close(w)
 
 
-def test_stats_and_clear(tmp_path):
+def test_stats_and_clear(tmp_path, monkeypatch):
+    monkeypatch.setattr(ks, "_metrics_class", (FakeStorageMetrics,))
     url = "file://" + str(tmp_path)
     sp = spec()
     w = instance(url, 1, 1, [LAYERS], "page_first")
@@ -437,7 +418,7 @@ def test_stats_and_clear(tmp_path):
     b = w[0][0]
     assert b.batch_get_v1(KEYS, indices([3, 4, 5])) == [True] * 3
     m = b.get_stats()
-    assert isinstance(m, ks.StorageMetrics)
+    assert isinstance(m, FakeStorageMetrics)
     assert m.backup_pgs == [3] and m.prefetch_pgs == [3]
     assert len(m.backup_bandwidth) == 1 and m.backup_bandwidth[0] > 0
     assert len(m.prefetch_bandwidth) == 1 and m.prefetch_bandwidth[0] > 0
@@ -712,3 +693,361 @@ def test_cp_refuses_to_start(tmp_path):
     b.register_mem_pool_host(mla(dcp_rank=1))
     assert (b.binding.cp, b.binding.cp_rank, b.binding.placement.rank) == (2, 1, (0, 0, 1))
     b.close()
+
+
+# MTP: SGLang folds the draft layers of speculative decoding into the host
+# pool (layer_num = target layers + drafts, the drafts after them;
+# start_layer and end_layer the target's), on the last PP stage only.
+
+def test_mtp_pages_across_topologies(tmp_path):
+    """A TP 2 writer's pages with one draft layer are read exactly, draft
+    layer included, by a TP 1 reader of another layout and by a TP 1 x PP 2
+    one whose last stage holds the draft; a reader of the same model
+    without draft layers finds none of them, and the other way round."""
+    url = "file://" + str(tmp_path)
+    sp = spec(drafts=1)
+    w = instance(url, 2, 1, [LAYERS], "page_first", drafts=1)
+    b = w[0][0].binding
+    assert (b.draft_layers, b.model.layers, b.model.draft_layers, b.pp_layers) == (1, LAYERS + 1, 1, [LAYERS + 1])
+    assert w[0][1].kv_buffer.shape == (2, 24, LAYERS + 1, 2, DIM)
+    assert write(w, KEYS, [4, 0, 2], sp) == [[True] * 3] * 2
+    r = instance(url, 1, 1, [LAYERS], "page_head", drafts=1)
+    assert r[0][0].batch_exists(KEYS) == 3
+    assert r[0][0].batch_get_v1(KEYS, indices([1, 5, 3])) == [True] * 3
+    check(r, KEYS, [1, 5, 3], sp)
+    pp = instance(url, 1, 2, [3, 4], "layer_first", drafts=1, draft_layers=1)
+    assert [x[0].binding.pp_layers for x in pp] == [[3, 5]] * 2
+    assert [x[2] for x in pp] == [(0, 3), (3, LAYERS + 1)]
+    assert [x[0].batch_get_v1(KEYS, indices([2, 3, 0])) for x in pp] == [[True] * 3] * 2
+    check(pp, KEYS, [2, 3, 0], sp)
+    plain = instance(url, 1, 1, [LAYERS], "page_first")
+    assert plain[0][0].batch_exists(KEYS) == 0
+    assert write(plain, ["p" + k for k in KEYS], [0, 1, 2], spec()) == [[True] * 3]
+    assert r[0][0].batch_exists(["p" + k for k in KEYS]) == 0
+    assert plain[0][0].binding.model.domain() != r[0][0].binding.model.domain()
+    close(w, r, pp, plain)
+
+
+def test_mtp_mla(tmp_path):
+    """MLA with two draft layers: TP 2 (rank 1 a replica) to PP 2 and back."""
+    url = "file://" + str(tmp_path)
+    sp = spec(mla=True, drafts=2)
+    w = instance(url, 2, 1, [LAYERS], "page_first_direct", mla=True, drafts=2)
+    assert write(w, KEYS, [0, 1, 2], sp) == [[True] * 3] * 2
+    r = instance(url, 1, 2, [4, 3], "layer_first", mla=True, drafts=2, draft_layers=2, pp_layers=[4, 3])
+    assert [x[0].binding.pp_layers for x in r] == [[4, 5]] * 2
+    assert [x[0].batch_get_v1(KEYS, indices([5, 4, 3])) for x in r] == [[True] * 3] * 2
+    check(r, KEYS, [5, 4, 3], sp)
+    keys = ["m" + k for k in KEYS]
+    assert write(r, keys, [0, 1, 2], sp) == [[True] * 3] * 2
+    assert [x[0].batch_get_v1(keys, indices([3, 4, 5])) for x in w] == [[True] * 3] * 2
+    check(w, keys, [3, 4, 5], sp)
+    close(w, r)
+
+
+def test_mtp_refuses_to_start(tmp_path):
+    url = "file://" + str(tmp_path)
+
+    def refused(cfg, pool, msg):
+        with pytest.raises(ks.ConfigError) as e:
+            b = load_backend(cfg)
+            try:
+                b.register_mem_pool_host(pool)
+            finally:
+                b.close()
+        assert str(e.value) == "kvreshard sglang: " + msg
+
+    last = FakeMHAHostPool("page_first", 4, 3, 7, KV_HEADS, draft_layers=1)
+    refused(config(1, 2, 0, 1, url, layers=7), last,
+            "the host pool holds 1 MTP draft layers after its target layers [3, 7); the other PP stages' pools do "
+            "not show them: give every rank extra_config draft_layers=1")
+    refused(config(1, 2, 0, 1, url, layers=7, draft_layers=2), last,
+            "extra_config draft_layers=2, but the host pool of the last PP stage holds 1 (layer_num 5, target "
+            "layers [3, 7))")
+    refused(config(1, 2, 0, 1, url, layers=7, draft_layers=1), FakeMHAHostPool("page_first", 4, 3, 7, KV_HEADS),
+            "extra_config draft_layers=1, but the host pool of the last PP stage holds 0 (layer_num 4, target "
+            "layers [3, 7))")
+    refused(config(1, 2, 0, 0, url, layers=7, draft_layers=1),
+            FakeMHAHostPool("page_first", 4, 0, 3, KV_HEADS, draft_layers=1),
+            "PP rank 0's host pool holds 1 MTP draft layers, but SGLang runs the draft on the last PP stage (1) "
+            "only")
+    refused(config(1, 1, 0, 0, url, draft_layers=-1), FakeMHAHostPool("page_first", 4, 0, 7, KV_HEADS),
+            "extra_config draft_layers=-1 is not a whole number >= 0")
+    p = FakeMLAHostPool("page_first", 4, 0, 7)
+    p.target_layer_num = 4  # MLA layer sharding: the rank holds 4 of the stage's 7 layers
+    refused(config(1, 1, 0, 0, url, mla=True), p, "the host pool's target_layer_num is 4 but "
+                                                  "start_layer..end_layer is [0, 7): MLA layer sharding is not "
+                                                  "supported")
+    # the first stage of PP 2 with MTP binds the model with the draft layers
+    b = load_backend(config(1, 2, 0, 0, url, layers=7, draft_layers=1))
+    b.register_mem_pool_host(FakeMHAHostPool("page_first", 4, 0, 3, KV_HEADS))
+    assert (b.binding.model.layers, b.binding.model.draft_layers, b.binding.pp_layers) == (8, 1, [3, 5])
+    b.close()
+
+
+def test_model_draft_layers_domain():
+    """kvreshard.Model's draft_layers reaches the library (the last field
+    of kvr_model): the domain is the SHA-256 of the canonical JSON with
+    "draft_layers" first in the descriptor, and without it for 0."""
+    def want(draft):
+        d = '"draft_layers":%d,' % draft if draft else ""
+        js = ('{"descriptor":{%s"dtype":"bf16","head_dims":[8,8],"item_size":2,"kv_heads":2,'
+              '"layers":[0,1,2,3,4],"page_size":4},"fingerprint":"","model_id":"model","namespace":"kvreshard",'
+              '"revision":"0"}' % d)
+        return hashlib.sha256(js.encode()).hexdigest()
+
+    for draft in (0, 1, 5):
+        m = kv.Model(layers=5, kv_heads=2, head_dim=8, dtype="bf16", page=4, draft_layers=draft)
+        assert m.domain() == want(draft)
+    assert "draft_layers=2" in repr(kv.Model(layers=5, kv_heads=2, head_dim=8, dtype="bf16", page=4,
+                                             draft_layers=2))
+    with pytest.raises(kv.InvalidArgument, match="model: draft_layers 6 is not from 0 to the 5 layers"):
+        kv.Model(layers=5, kv_heads=2, head_dim=8, dtype="bf16", page=4, draft_layers=6).domain()
+    with pytest.raises(kv.InvalidArgument, match="draft_layers=-1 is out of range"):
+        kv.Model(layers=5, kv_heads=2, head_dim=8, dtype="bf16", page=4, draft_layers=-1)
+
+
+def test_asymmetric_mha(tmp_path):
+    """K and V of other head dims (SGLang's AsymmetricMHATokenToKVPoolHost:
+    kv_buffer a (K, V) tuple, page_first and page_first_direct) across TP."""
+    url = "file://" + str(tmp_path)
+    sp = spec(v_head_dim=4)
+    w = instance(url, 2, 1, [LAYERS], "page_first", v_head_dim=4)
+    assert w[0][0].binding.model.v_head_dim == 4
+    assert write(w, KEYS, [0, 1, 2], sp) == [[True] * 3] * 2
+    r = instance(url, 1, 2, [3, 4], "page_first_direct", v_head_dim=4)
+    assert [x[0].batch_get_v1(KEYS, indices([5, 4, 3])) for x in r] == [[True] * 3] * 2
+    check(r, KEYS, [5, 4, 3], sp)
+    close(w, r)
+
+
+# SGLang's v2 interface: PoolName.KV transfers are the v1 calls; other pools
+# are refused at registration and reported missing.
+
+def v2_backend(url, layout="page_first", **extra):
+    b = load_backend(config(1, 1, 0, 0, url, **extra))
+    pool = FakeMHAHostPool(layout, 6, 0, LAYERS, KV_HEADS)
+    b.register_mem_pool_host(pool)
+    b.register_mem_host_pool_v2(pool, ks.PoolName.KV)
+    b.on_host_pools_registered()
+    return b, pool
+
+
+def test_v2_kv(tmp_path):
+    url = "file://" + str(tmp_path)
+    sp = spec()
+    w, wpool = v2_backend(url)
+    assert w.registered_pools == {ks.PoolName.KV: wpool}
+    for k, s in zip(KEYS[:2], [0, 1]):
+        o.fill_slot(comps(wpool), "page_first", s, sp, o.page(sp, k), (0, LAYERS), (0, KV_HEADS))
+    res = w.batch_set_v2([ks.PoolTransfer(ks.PoolName.KV, host_indices=indices([0, 1]), keys=KEYS[:2])])
+    assert res == {ks.PoolName.KV: [True, True]}
+    r, rpool = v2_backend(url, "page_head")
+    kv_q = ks.PoolTransfer(ks.PoolName.KV, keys=["__placeholder__"])
+    res = r.batch_exists_v2(KEYS)
+    assert isinstance(res, ks.PoolTransferResult)
+    assert (res.kv_hit_pages, res.extra_pool_hit_pages) == (2, {ks.PoolName.KV: 2})
+    assert r.batch_exists_v2(KEYS, [kv_q]).kv_hit_pages == 2
+    assert r.batch_exists_v2(KEYS[1:]) == ks.PoolTransferResult(1, {ks.PoolName.KV: 1})
+    assert r.batch_exists_v2(KEYS[2:]) == ks.PoolTransferResult(0, {})
+    res = r.batch_get_v2([ks.PoolTransfer(ks.PoolName.KV, host_indices=indices([3, 4, 5]), keys=KEYS)])
+    assert res == {ks.PoolName.KV: [True, True, False]}
+    for k, s in zip(KEYS[:2], [3, 4]):
+        o.check_slot(comps(rpool), "page_head", s, sp, o.page(sp, k), (0, LAYERS), (0, KV_HEADS))
+    # the name as a str is the same pool
+    assert r.batch_get_v2([ks.PoolTransfer("kv", host_indices=indices([0]), keys=KEYS[:1])]) == {"kv": [True]}
+    w.close()
+    r.close()
+
+
+def test_v2_pools_not_stored(tmp_path, caplog):
+    """Registering any pool but KV is refused, naming it; a v2 call that
+    names one anyway gets an entry for every transfer, all False for that
+    pool, and no KV hit from batch_exists_v2."""
+    url = "file://" + str(tmp_path)
+    w, pool = v2_backend(url)
+    for name, p in [(ks.PoolName.MAMBA, FakeMambaPoolHost()), (ks.PoolName.SWA, pool), ("deepseek_v4_c4", pool),
+                    (ks.PoolName.DRAFT, FakeMHAHostPool("page_first", 6, 0, 1, KV_HEADS))]:
+        with pytest.raises(ks.ConfigError) as e:
+            w.register_mem_host_pool_v2(p, name)
+        assert str(e.value) == (
+            "kvreshard sglang: SGLang registers its %r host pool (%s), which kvreshard does not store: kvreshard "
+            "stores the KV pool only (MHA or MLA, MTP draft layers folded in), not the Mamba, SWA, indexer, "
+            "DeepSeek-V4 or draft sidecar pools of hybrid models" % (str(name), type(p).__name__))
+    assert list(w.registered_pools) == [ks.PoolName.KV]
+    write([(w, pool, (0, LAYERS), (0, KV_HEADS))], KEYS, [0, 1, 2], spec())
+    kv_t = ks.PoolTransfer(ks.PoolName.KV, host_indices=indices([3, 4]), keys=KEYS[:2])
+    mamba = ks.PoolTransfer(ks.PoolName.MAMBA, host_indices=indices([0]), keys=KEYS[1:2],
+                            hit_policy=ks.PoolHitPolicy.TRAILING_PAGES)
+    with caplog.at_level(logging.ERROR, logger="kvreshard.sglang"):
+        assert w.batch_get_v2([kv_t, mamba]) == {ks.PoolName.KV: [True, True], ks.PoolName.MAMBA: [False]}
+        assert w.batch_set_v2([mamba, kv_t]) == {ks.PoolName.MAMBA: [False], ks.PoolName.KV: [True, True]}
+        assert w.batch_exists_v2(KEYS, [mamba]) == ks.PoolTransferResult(0, {})
+        assert w.batch_get_v2([ks.PoolTransfer(ks.PoolName.INDEXER)]) == {ks.PoolName.INDEXER: []}
+    assert caplog.messages == [
+        "kvreshard: batch_get_v2 names the 'mamba' pool, which kvreshard does not store: its pages are reported "
+        "missing (logged once a pool)",
+        "kvreshard: batch_get_v2 names the 'indexer' pool, which kvreshard does not store: its pages are reported "
+        "missing (logged once a pool)"]
+    w.close()
+
+
+def test_v2_never_raises(tmp_path, caplog):
+    url = "file://" + str(tmp_path)
+    w, pool = v2_backend(url)
+    write([(w, pool, (0, LAYERS), (0, KV_HEADS))], KEYS, [0, 1, 2], spec())
+    with caplog.at_level(logging.ERROR, logger="kvreshard.sglang"):
+        assert w.batch_get_v2(None) == {}
+        assert w.batch_get_v2(5) == {}
+        assert w.batch_exists_v2(None) == ks.PoolTransferResult(0, {})
+        assert w.batch_exists_v2(KEYS, 7) == ks.PoolTransferResult(0, {})
+        # host indices missing or wrong: every page not read
+        kv_t = ks.PoolTransfer(ks.PoolName.KV, keys=KEYS)
+        assert w.batch_get_v2([kv_t]) == {ks.PoolName.KV: [False] * 3}
+        assert w.batch_set_v2([ks.PoolTransfer(ks.PoolName.KV, host_indices=indices([0]), keys=KEYS)]) == \
+            {ks.PoolName.KV: [False] * 3}
+        assert w.batch_get_v2([ks.PoolTransfer(ks.PoolName.KV, host_indices=indices([]), keys=None)]) == \
+            {ks.PoolName.KV: []}
+        assert w.batch_get_v2([ks.PoolTransfer(["unhashable"], keys=KEYS)]) == {}
+        assert w.batch_get_v2(["not a transfer"]) == {None: []}
+    assert caplog.messages, "failures are logged"
+    # a backend that was never registered: misses, not exceptions
+    b = load_backend(config(1, 1, 0, 0, url))
+    with caplog.at_level(logging.ERROR, logger="kvreshard.sglang"):
+        assert b.batch_exists_v2(KEYS) == ks.PoolTransferResult(0, {})
+        assert b.batch_get_v2([ks.PoolTransfer(ks.PoolName.KV, host_indices=indices([0]), keys=KEYS[:1])]) == \
+            {ks.PoolName.KV: [False]}
+    b.close()
+    w.close()
+
+
+def test_v2_registration(tmp_path):
+    """register_mem_host_pool_v2 binds the KV pool when register_mem_pool_host
+    did not, refuses a second KV pool, and on_host_pools_registered needs one."""
+    url = "file://" + str(tmp_path)
+    b = load_backend(config(1, 1, 0, 0, url))
+    with pytest.raises(ks.ConfigError, match="^kvreshard sglang: SGLang registered no KV host pool$"):
+        b.on_host_pools_registered()
+    pool = FakeMHAHostPool("page_first", 6, 0, LAYERS, KV_HEADS)
+    b.register_mem_host_pool_v2(pool, "kv")
+    assert b.binding is not None and b.mem_pool_host is pool
+    b.register_mem_host_pool_v2(pool, ks.PoolName.KV)  # the same pool again
+    with pytest.raises(ks.ConfigError) as e:
+        b.register_mem_host_pool_v2(FakeMHAHostPool("page_first", 6, 0, LAYERS, KV_HEADS), ks.PoolName.KV)
+    assert str(e.value) == ("kvreshard sglang: SGLang registers a KV host pool (FakeMHAHostPool) other than the "
+                            "one bound (FakeMHAHostPool)")
+    b.on_host_pools_registered()
+    b.close()
+
+
+def test_pools_without_kv_bytes(tmp_path):
+    """A KV pool whose kv_buffer is None (DeepSeek-V4's logical anchor, an
+    allocator-only or destroyed pool) is a ConfigError, not an AttributeError."""
+    url = "file://" + str(tmp_path)
+    msg = ("kvreshard sglang: the host pool (%s) has no KV bytes (its kv_buffer is None): a logical anchor of a "
+           "hybrid model (DeepSeek-V4) or an allocator-only pool keeps the cache in pools kvreshard does not store")
+    for pool in (FakeLogicalHostPool(), FakeMLAHostPool("page_first", 4, 0, LAYERS)):
+        pool.kv_buffer = None
+        for register in ("register_mem_pool_host", "register_mem_host_pool_v2"):
+            b = load_backend(config(1, 1, 0, 0, url, mla=isinstance(pool, FakeMLAHostPool)))
+            with pytest.raises(ks.ConfigError) as e:
+                if register == "register_mem_pool_host":
+                    b.register_mem_pool_host(pool)
+                else:
+                    b.register_mem_host_pool_v2(pool, ks.PoolName.KV)
+            assert str(e.value) == msg % type(pool).__name__
+            b.close()
+
+
+def test_other_pools_refused(tmp_path):
+    url = "file://" + str(tmp_path)
+
+    def refused(pool, msg):
+        b = load_backend(config(1, 1, 0, 0, url))
+        with pytest.raises(ks.ConfigError) as e:
+            b.register_mem_pool_host(pool)
+        b.close()
+        assert str(e.value) == "kvreshard sglang: " + msg
+
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
+    del p.kv_buffer  # MHATokenToKOnlyPoolHost's data is in k_buffer alone
+    refused(p, "the host pool (FakeMHAHostPool) has no kv_buffer; kvreshard binds SGLang's MHATokenToKVPoolHost "
+               "and MLATokenToKVPoolHost")
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
+    p.shard_size = 2
+    refused(p, "the host pool (FakeMHAHostPool) is page-interleaved over 2 ranks (shard_size): not supported")
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
+    p.k_scale_host = np.zeros(4, np.uint8)
+    refused(p, "the host pool (FakeMHAHostPool) keeps KV scales (k_scale_host) beside its kv_buffer (MXFP8): "
+               "kvreshard does not store them")
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS, v_head_dim=4)
+    p.kv_buffer = (p.kv_buffer[0],)
+    refused(p, "the host pool's kv_buffer holds 1 buffers, not K and V")
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS)
+    p.v_head_dim = 4
+    refused(p, "the host pool's head_dim 8 and v_head_dim 4 differ but its kv_buffer is one tensor")
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS, v_head_dim=4)
+    p.kv_buffer = (p.kv_buffer[0], p.kv_buffer[0])
+    refused(p, "the host pool's V buffer has shape (16, 7, 4, 8); SGLang's page_first pool of these sizes has "
+               "(16, 7, 4, 4)")
+    p = FakeMHAHostPool("page_first", 4, 0, LAYERS, KV_HEADS, dtype="uint8", np_dtype=np.uint8)
+    refused(p, "the host pool stores fp8 as uint8 and its variant is unknown: give extra_config fp8_variant "
+               "(e4m3fn or e5m2)")
+    # SGLang 0.5.23's host pools have no device_pool: extra_config says the variant
+    b = load_backend(config(1, 1, 0, 0, url, fp8_variant="e4m3fn"))
+    b.register_mem_pool_host(p)
+    assert b.binding.model.fingerprint == "fp8=float8_e4m3fn"
+    b.close()
+
+
+def test_keys_of_any_iterable(tmp_path):
+    """batch_set_v1, batch_get_v1 and batch_exists take any iterable of keys
+    (a generator too), not only lists."""
+    url = "file://" + str(tmp_path)
+    sp = spec()
+    w = instance(url, 1, 1, [LAYERS], "page_first")
+    b, pool, layers, heads = w[0]
+    for k, s in zip(KEYS, [0, 1, 2]):
+        o.fill_slot(comps(pool), pool.layout, s, sp, o.page(sp, k), layers, heads)
+    assert b.batch_set_v1((k for k in KEYS), indices([0, 1, 2])) == [True] * 3
+    assert b.batch_exists(iter(KEYS)) == 3
+    assert b.batch_get_v1(tuple(KEYS[:2]), indices([3, 4])) == [True, True]
+    assert b.batch_get_v1((k for k in KEYS[2:]), indices([5])) == [True]
+    check(w, KEYS, [0, 1, 2], sp)
+    assert b.stats()["errors"] == 0
+    close(w)
+
+
+def test_check_parts(tmp_path, caplog):
+    """extra_config check_parts: reads are checked against the parts'
+    checksums, so a flipped byte in the store is a miss, not a hit; without
+    it the same read is a hit (of the wrong byte)."""
+    store = tmp_path / "store"
+    url = "file://" + str(store)
+    sp = spec()
+    w = instance(url, 1, 1, [LAYERS], "page_first")
+    assert write(w, KEYS[:2], [0, 1], sp) == [[True, True]]
+    parts = glob.glob(os.path.join(str(store), "objects*", "*", "kvreshard_%s_*" % KEYS[1], "part-*"))
+    assert len(parts) == 1
+    with open(parts[0], "r+b") as f:
+        b0 = f.read(1)
+        f.seek(0)
+        f.write(bytes([b0[0] ^ 1]))
+    checked = instance(url, 1, 1, [LAYERS], "page_head", check_parts=True)
+    assert checked[0][0].check_parts and checked[0][0]._reader is not None
+    with caplog.at_level(logging.WARNING, logger="kvreshard.sglang"):
+        assert checked[0][0].batch_get_v1(KEYS[:2], indices([2, 3])) == [True, False]
+    assert any("part checksum mismatch" in m for m in caplog.messages), caplog.messages
+    check(checked, KEYS[:1], [2], sp)
+    unchecked = instance(url, 1, 1, [LAYERS], "page_head", check_parts=False)
+    assert unchecked[0][0].batch_get_v1(KEYS[:2], indices([2, 3])) == [True, True]
+    with pytest.raises(AssertionError, match="1 of 896 elements differ"):
+        check(unchecked, KEYS[1:2], [3], sp)
+    for bad in ("yes", 2, None):
+        with pytest.raises(ks.ConfigError) as e:
+            load_backend(config(1, 1, 0, 0, url, check_parts=bad))
+        assert str(e.value) == "kvreshard sglang: extra_config check_parts=%r is not true or false" % (bad,)
+    b = load_backend(config(1, 1, 0, 0, url, check_parts=1))
+    assert b.check_parts is True
+    b.close()
+    close(w, checked, unchecked)

@@ -3,6 +3,7 @@ package manifest
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -28,6 +29,14 @@ func (d *decoder) typeErr(v *value, want string) error {
 // object checks that v is an object with exactly fields and decodes each,
 // in the order of fields.
 func (d *decoder) object(v *value, fields ...field) error {
+	return d.objectOptional(v, nil, fields...)
+}
+
+// objectOptional is object where the fields named in optional may be
+// absent (their destination then keeps its zero value). Whether a present
+// optional field may carry its zero value is the canonical encoding's to
+// say: Decode compares the input with it.
+func (d *decoder) objectOptional(v *value, optional []string, fields ...field) error {
 	if v.kind != kindObject {
 		if len(d.path) == 0 {
 			return fmt.Errorf("manifest is %s; want an object", v.kind)
@@ -47,6 +56,10 @@ func (d *decoder) object(v *value, fields ...field) error {
 	for _, f := range fields {
 		d.path = append(d.path, pathElem{key: f.name, isKey: true})
 		fv, ok := v.fields[f.name]
+		if !ok && slices.Contains(optional, f.name) {
+			d.path = d.path[:len(d.path)-1]
+			continue
+		}
 		if !ok {
 			return fmt.Errorf("manifest is missing field %s", d.at())
 		}
@@ -116,6 +129,7 @@ func stringField(dst *string) func(d *decoder, v *value) error {
 
 func descriptorFields(x *Descriptor) []field {
 	return []field{
+		{"draft_layers", intField(&x.DraftLayers)}, // optional: absent is 0
 		{"dtype", stringField(&x.Dtype)},
 		{"head_dims", intsField(&x.HeadDims)},
 		{"item_size", intField(&x.ItemSize)},
@@ -128,7 +142,7 @@ func descriptorFields(x *Descriptor) []field {
 func (d *decoder) manifest(v *value, m *Manifest) error {
 	return d.object(v,
 		field{"descriptor", func(d *decoder, v *value) error {
-			return d.object(v, descriptorFields(&m.Descriptor)...)
+			return d.objectOptional(v, []string{"draft_layers"}, descriptorFields(&m.Descriptor)...)
 		}},
 		field{"layout", func(d *decoder, v *value) error {
 			return d.object(v,
@@ -162,11 +176,13 @@ func (d *decoder) manifest(v *value, m *Manifest) error {
 // reader of model domain domain. key may be "" to skip the key check.
 //
 // Decode is strict: data must be at most MaxSize bytes of valid JSON with no
-// duplicate keys, exactly the fields of a manifest with the right types, a
-// valid descriptor, a valid part layout whose order is in canonical form and
-// fits the descriptor, parts in derived order that cover every (layer, head)
-// of the descriptor exactly once, and it must be the canonical encoding of
-// the manifest it describes, so that Encode returns data. The manifest must
+// duplicate keys, exactly the fields of a manifest with the right types
+// (descriptor.draft_layers is optional: absent means 0, and the canonical
+// encoding has it only when it is not 0), a valid descriptor, a valid part
+// layout whose order is in canonical form and fits the descriptor, parts
+// in derived order that cover every (layer, head) of the descriptor
+// exactly once, and it must be the canonical encoding of the manifest it
+// describes, so that Encode returns data. The manifest must
 // belong to domain and, unless key is "", be the one key names.
 func Decode(data []byte, key, domain string) (*Manifest, error) {
 	if len(data) > MaxSize {

@@ -122,6 +122,18 @@ func TestDecodeErrors(t *testing.T) {
 		{"key of other domain", g, "kv/" + other + "/manifests/" + m.Digest(), fmt.Sprintf(
 			"manifest key %q is not under its model domain %s", "kv/"+other+"/manifests/"+m.Digest(), testDomain)},
 		{"malformed key", g, m.Digest(), fmt.Sprintf("manifest key %q is not of the form kv/<model_domain>/manifests/<digest>", m.Digest())},
+		{"draft layers 0", replace(t, g, `"descriptor":{"dtype"`, `"descriptor":{"draft_layers":0,"dtype"`), "",
+			fmt.Sprintf("manifest encoding is not canonical: it differs from the canonical encoding at byte %d", at(g, `"dtype"`)+2)},
+		{"draft layers after dtype", replace(t, g, `"dtype":"bf16",`, `"dtype":"bf16","draft_layers":1,`), "",
+			fmt.Sprintf("manifest encoding is not canonical: it differs from the canonical encoding at byte %d", at(g, `"dtype"`)+2)},
+		{"negative draft layers", replace(t, g, `"descriptor":{"dtype"`, `"descriptor":{"draft_layers":-1,"dtype"`), "",
+			"manifest descriptor draft_layers is -1; it must be from 0 to its 4 layers"},
+		{"too many draft layers", replace(t, g, `"descriptor":{"dtype"`, `"descriptor":{"draft_layers":5,"dtype"`), "",
+			"manifest descriptor draft_layers is 5; it must be from 0 to its 4 layers"},
+		{"string draft layers", replace(t, g, `"descriptor":{"dtype"`, `"descriptor":{"draft_layers":"1","dtype"`), "",
+			"manifest field descriptor.draft_layers is a string; want an integer"},
+		{"duplicate draft layers", replace(t, g, `"descriptor":{"dtype"`, `"descriptor":{"draft_layers":1,"draft_layers":1,"dtype"`), "",
+			fmt.Sprintf("manifest has duplicate key descriptor.draft_layers at byte %d", at(g, `"dtype"`)+17)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Decode([]byte(tc.data), tc.key, testDomain)
@@ -155,6 +167,14 @@ func FuzzDecode(f *testing.F) {
 			})
 		},
 		func() (*Manifest, error) { return cpManifest(2, 4) },
+		func() (*Manifest, error) {
+			// MTP: the last of the page's layers is a draft layer.
+			d := Descriptor{Layers: []int{0, 1, 2, 3, 4}, KVHeads: 2, HeadDims: []int{8, 8}, Dtype: "bf16", ItemSize: 2, PageSize: 4, DraftLayers: 1}
+			return New(testDomain, d, Layout{Name: "LPHD", Order: "C L T H D"}, []Part{
+				{Layers: []int{0, 1}, HeadCount: 2},
+				{Layers: []int{2, 3, 4}, HeadCount: 2},
+			})
+		},
 	} {
 		m, err := build()
 		require.NoError(f, err)

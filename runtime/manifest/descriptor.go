@@ -28,6 +28,14 @@ type Descriptor struct {
 	ItemSize int `json:"item_size"`
 	// PageSize is the tokens per page.
 	PageSize int `json:"page_size"`
+	// DraftLayers is how many of the last Layers are the draft layers of
+	// speculative decoding (MTP) that the page holds after the model's
+	// own: 0 <= DraftLayers <= len(Layers). It enters the model domain, so
+	// that pages with draft layers and pages without never share a key.
+	// The canonical JSON carries it only when it is not 0, so that the
+	// domains and layout ids of models without draft layers are those of
+	// a descriptor without the field.
+	DraftLayers int `json:"draft_layers,omitempty"`
 }
 
 // ItemSizeOf returns the bytes of one element of dtype.
@@ -88,6 +96,9 @@ func (d *Descriptor) Validate() error {
 	if d.PageSize <= 0 {
 		return fmt.Errorf("descriptor page_size is %d; it must be positive", d.PageSize)
 	}
+	if d.DraftLayers < 0 || d.DraftLayers > len(d.Layers) {
+		return fmt.Errorf("descriptor draft_layers is %d; it must be from 0 to its %d layers", d.DraftLayers, len(d.Layers))
+	}
 	if _, ok := d.bytes(len(d.Layers), d.KVHeads); !ok {
 		return fmt.Errorf("descriptor page is more than %d bytes", MaxPageBytes)
 	}
@@ -121,9 +132,16 @@ func (d *Descriptor) PageBytes() int {
 	return n
 }
 
-// appendJSON appends the canonical JSON of d: keys sorted, no spaces.
+// appendJSON appends the canonical JSON of d: keys sorted, no spaces,
+// draft_layers only when it is not 0.
 func (d *Descriptor) appendJSON(b []byte) []byte {
-	b = append(b, `{"dtype":`...)
+	b = append(b, '{')
+	if d.DraftLayers != 0 {
+		b = append(b, `"draft_layers":`...)
+		b = strconv.AppendInt(b, int64(d.DraftLayers), 10)
+		b = append(b, ',')
+	}
+	b = append(b, `"dtype":`...)
 	b = appendString(b, d.Dtype)
 	b = append(b, `,"head_dims":`...)
 	b = appendInts(b, d.HeadDims)

@@ -171,6 +171,8 @@ func TestDescriptorValidate(t *testing.T) {
 		{func(d *Descriptor) { d.PageSize = -1 }, "descriptor page_size is -1; it must be positive"},
 		{func(d *Descriptor) { d.PageSize = 1 << 40 }, "descriptor page is more than 1099511627776 bytes"},
 		{func(d *Descriptor) { d.PageSize, d.KVHeads = 1<<31, 1<<31 }, "descriptor page is more than 1099511627776 bytes"},
+		{func(d *Descriptor) { d.DraftLayers = -1 }, "descriptor draft_layers is -1; it must be from 0 to its 4 layers"},
+		{func(d *Descriptor) { d.DraftLayers = 5 }, "descriptor draft_layers is 5; it must be from 0 to its 4 layers"},
 	} {
 		d := testModel().Descriptor
 		tc.edit(&d)
@@ -178,6 +180,10 @@ func TestDescriptorValidate(t *testing.T) {
 	}
 	d := testModel().Descriptor
 	require.NoError(t, d.Validate())
+	for _, n := range []int{1, 4} {
+		d.DraftLayers = n
+		require.NoError(t, d.Validate())
+	}
 }
 
 func TestDomain(t *testing.T) {
@@ -192,17 +198,20 @@ func TestDomain(t *testing.T) {
 	// Every semantic field changes the domain.
 	seen := map[string]string{m.Domain(): "base"}
 	for name, edit := range map[string]func(m *Model){
-		"namespace":   func(m *Model) { m.Namespace = "ns2" },
-		"model id":    func(m *Model) { m.ModelID = "llama2" },
-		"revision":    func(m *Model) { m.Revision = "r2" },
-		"fingerprint": func(m *Model) { m.Fingerprint = "rope=5e5" },
-		"layers":      func(m *Model) { m.Descriptor.Layers = []int{0, 1, 2, 4} },
-		"kv heads":    func(m *Model) { m.Descriptor.KVHeads = 4 },
-		"head dims":   func(m *Model) { m.Descriptor.HeadDims = []int{4, 8} },
-		"mla":         func(m *Model) { m.Descriptor.HeadDims = []int{4} },
-		"dtype":       func(m *Model) { m.Descriptor.Dtype, m.Descriptor.ItemSize = "fp16", 2 },
-		"item size":   func(m *Model) { m.Descriptor.ItemSize = 4 },
-		"page size":   func(m *Model) { m.Descriptor.PageSize = 16 },
+		"namespace":    func(m *Model) { m.Namespace = "ns2" },
+		"model id":     func(m *Model) { m.ModelID = "llama2" },
+		"revision":     func(m *Model) { m.Revision = "r2" },
+		"fingerprint":  func(m *Model) { m.Fingerprint = "rope=5e5" },
+		"layers":       func(m *Model) { m.Descriptor.Layers = []int{0, 1, 2, 4} },
+		"kv heads":     func(m *Model) { m.Descriptor.KVHeads = 4 },
+		"head dims":    func(m *Model) { m.Descriptor.HeadDims = []int{4, 8} },
+		"mla":          func(m *Model) { m.Descriptor.HeadDims = []int{4} },
+		"dtype":        func(m *Model) { m.Descriptor.Dtype, m.Descriptor.ItemSize = "fp16", 2 },
+		"item size":    func(m *Model) { m.Descriptor.ItemSize = 4 },
+		"page size":    func(m *Model) { m.Descriptor.PageSize = 16 },
+		"draft layers": func(m *Model) { m.Descriptor.DraftLayers = 1 },
+		// The same layers, one fewer of them a draft layer.
+		"more draft layers": func(m *Model) { m.Descriptor.DraftLayers = 2 },
 		// Fields do not run into each other.
 		"shifted": func(m *Model) { m.Namespace, m.ModelID = "nsl", "lama" },
 	} {
@@ -398,4 +407,35 @@ func TestMaxParts(t *testing.T) {
 	d, _ = sizeManifest(MaxParts, 1)
 	_, err = New(testDomain, d, Layout{Name: "PLHD", Order: "C T L H D"}, parts[:MaxParts])
 	require.ErrorContains(t, err, fmt.Sprintf("manifest of %d parts is ", MaxParts))
+}
+
+// TestDraftLayers: a descriptor's draft layers are written (first, in
+// key order) only when there are some, so that every domain and layout id
+// of a model without them is unchanged; with them they enter the domain
+// and the manifest, and decode back.
+func TestDraftLayers(t *testing.T) {
+	m := testModel()
+	m.Descriptor.DraftLayers = 1
+	want := `{"descriptor":{"draft_layers":1,"dtype":"bf16","head_dims":[4,4],"item_size":2,"kv_heads":2,"layers":[0,1,2,3],"page_size":2},` +
+		`"fingerprint":"rope=1e6","model_id":"llama","namespace":"ns","revision":"r1"}`
+	sum := sha256.Sum256([]byte(want))
+	require.Equal(t, hex.EncodeToString(sum[:]), m.Domain())
+	require.NotEqual(t, testDomain, m.Domain())
+
+	domain := m.Domain()
+	mf, err := New(domain, m.Descriptor, Layout{Name: "PLHD", Order: "C T L H D"}, []Part{
+		{Layers: []int{0, 1}, HeadCount: 2},
+		{Layers: []int{2, 3}, HeadCount: 2},
+	})
+	require.NoError(t, err)
+	enc := string(mf.Encode())
+	require.True(t, strings.HasPrefix(enc, `{"descriptor":{"draft_layers":1,"dtype":"bf16",`), enc)
+	got, err := Decode(mf.Encode(), mf.Key(), domain)
+	require.NoError(t, err)
+	require.Equal(t, 1, got.Descriptor.DraftLayers)
+	require.Equal(t, mf.Digest(), got.Digest())
+
+	// Without draft layers the manifest is the one it always was.
+	require.Equal(t, golden(), string(testManifest(t).Encode()))
+	require.NotContains(t, golden(), "draft_layers")
 }

@@ -185,7 +185,7 @@ static kvr_placement placement_of(const rank_pool *rp) {
 /* The model, with the kvreshard command's identity defaults, so that its
  * read finds these pages. */
 static kvr_model model(void) {
-    kvr_model m = {LAYERS, KV_HEADS, HEAD_DIM, V_HEAD_DIM, PAGE, 0, "fp32", "model", "0", "kvreshard", NULL};
+    kvr_model m = {LAYERS, KV_HEADS, HEAD_DIM, V_HEAD_DIM, PAGE, 0, "fp32", "model", "0", "kvreshard", NULL, 0};
     return m;
 }
 
@@ -965,7 +965,7 @@ static void *big_read(void *arg) {
  * workers: reads the library runs on a thread of its own while the
  * calling thread waits. Every element is checked. */
 static void test_big(uint64_t st) {
-    kvr_model m = {BIG_LAYERS, BIG_HEADS, BIG_DIM, 0, BIG_PAGE, 0, "fp32", "big", "0", "kvreshard", NULL};
+    kvr_model m = {BIG_LAYERS, BIG_HEADS, BIG_DIM, 0, BIG_PAGE, 0, "fp32", "big", "0", "kvreshard", NULL, 0};
     int32_t slots = 2 * BIG_PAGES;
     uint64_t wsize = (uint64_t)slots * BIG_PAGE * BIG_LAYERS * BIG_HEADS * BIG_DIM * 4;
     uint32_t *wreg[2] = {malloc(wsize), malloc(wsize)};
@@ -1112,7 +1112,7 @@ static kvr_pool cp_kvr_pool(cp_pool *cp) {
 }
 
 static kvr_model cp_model(void) {
-    kvr_model m = {CP_LAYERS, CP_HEADS, CP_DIM, CP_VDIM, CP_PAGE, 0, "fp32", "cpmodel", "0", "kvreshard", NULL};
+    kvr_model m = {CP_LAYERS, CP_HEADS, CP_DIM, CP_VDIM, CP_PAGE, 0, "fp32", "cpmodel", "0", "kvreshard", NULL, 0};
     return m;
 }
 
@@ -1364,7 +1364,7 @@ static int readbench(const char *url, int pages, int rounds, int copy_workers) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    kvr_model m = {80, 8, 128, 0, 64, 0, "bf16", "bench-70b", "0", "kvreshard", NULL};
+    kvr_model m = {80, 8, 128, 0, 64, 0, "bf16", "bench-70b", "0", "kvreshard", NULL, 0};
     static const int32_t split[2] = {40, 40};
     kvr_placement pl = {.tp = 4, .pp = 2, .pp_layers = split};
     uint64_t n = (uint64_t)pages * 64 * 40 * 2 * 128 * 2;
