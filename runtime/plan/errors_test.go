@@ -182,15 +182,19 @@ func TestLimits(t *testing.T) {
 // TestIncompatibleManifest reads a page of another geometry.
 func TestIncompatibleManifest(t *testing.T) {
 	_, p := smallPool(t, 3, plan.Options{})
-	d := desc(2, 2, []int{4, 4}, "fp16", 4) // 4 tokens, not 2
-	model := manifest.Model{Namespace: "test", ModelID: "other", Descriptor: d}
-	other, err := plan.ManifestFor(model.Domain(), &d, placement.Topology{TP: 1, PP: 1}, builtin(t, "PLHD"))
-	require.NoError(t, err)
-	for _, build := range []func(*manifest.Manifest) (*plan.Plan, error){p.Build, p.Template} {
-		pl, err := build(other)
-		require.Nil(t, pl)
-		require.ErrorIs(t, err, plan.ErrIncompatible)
-		require.EqualError(t, err, "manifest does not match the reader's model: manifest "+other.LayoutID()+" describes another page geometry")
+	tokens := desc(2, 2, []int{4, 4}, "fp16", 4) // 4 tokens, not 2
+	draft := desc(2, 2, []int{4, 4}, "fp16", 2)
+	draft.DraftLayers = 1 // layer 1 a draft layer
+	for _, d := range []manifest.Descriptor{tokens, draft} {
+		model := manifest.Model{Namespace: "test", ModelID: "other", Descriptor: d}
+		other, err := plan.ManifestFor(model.Domain(), &d, placement.Topology{TP: 1, PP: 1}, builtin(t, "PLHD"))
+		require.NoError(t, err)
+		for _, build := range []func(*manifest.Manifest) (*plan.Plan, error){p.Build, p.Template} {
+			pl, err := build(other)
+			require.Nil(t, pl)
+			require.ErrorIs(t, err, plan.ErrIncompatible)
+			require.EqualError(t, err, "manifest does not match the reader's model: manifest "+other.LayoutID()+" describes another page geometry")
+		}
 	}
 }
 

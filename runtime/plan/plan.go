@@ -395,7 +395,7 @@ func commonLayers(out []kernel.LayerPair, src, dst []int) []kernel.LayerPair {
 
 func sameDescriptor(a, b *manifest.Descriptor) bool {
 	return a.KVHeads == b.KVHeads && a.ItemSize == b.ItemSize && a.PageSize == b.PageSize && a.Dtype == b.Dtype &&
-		slices.Equal(a.Layers, b.Layers) && slices.Equal(a.HeadDims, b.HeadDims)
+		a.DraftLayers == b.DraftLayers && slices.Equal(a.Layers, b.Layers) && slices.Equal(a.HeadDims, b.HeadDims)
 }
 
 // Verify proves a plan before any transfer: every op inside its part, its
