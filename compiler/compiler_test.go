@@ -6,26 +6,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/dsl"
 )
 
-func mustLayout(t *testing.T, kind compiler.Kind, name, order string) *compiler.Layout {
+func mustLayout(t *testing.T, kind ir.Kind, name, order string) *ir.Layout {
 	t.Helper()
-	l, err := compiler.ParseLayout(kind, name, order)
+	l, err := ir.ParseLayout(kind, name, order)
 	require.NoError(t, err)
 	return l
 }
 
 func TestParseLayout(t *testing.T) {
-	l := mustLayout(t, compiler.Pool, "xpool", "C S L H D/8 T D%8")
+	l := mustLayout(t, ir.Pool, "xpool", "C S L H D/8 T D%8")
 	require.Equal(t, "pool(C S L H D/8 T D%8)", l.Identity())
 	require.Equal(t, "pool xpool { order C S L H D/8 T D%8 }", l.String())
-	require.Equal(t, 8, l.SplitOf(compiler.D))
-	require.Equal(t, 0, l.SplitOf(compiler.T))
+	require.Equal(t, 8, l.SplitOf(ir.D))
+	require.Equal(t, 0, l.SplitOf(ir.T))
 	require.True(t, l.COuter())
-	require.False(t, mustLayout(t, compiler.Part, "flash", "L C T H D").COuter())
+	require.False(t, mustLayout(t, ir.Part, "flash", "L C T H D").COuter())
 
-	_, err := compiler.ParseLayout(compiler.Part, "bad", "C S T L H D")
+	_, err := ir.ParseLayout(ir.Part, "bad", "C S T L H D")
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "part layout bad has a slot axis S; only pool layouts have one")
 }
@@ -34,22 +35,22 @@ func TestParseLayout(t *testing.T) {
 // depend on the orders, never on the names, so that two files declaring
 // the same layouts under other names register the same kernels.
 func TestIdentityIgnoresNames(t *testing.T) {
-	a, err := compiler.Lower(mustLayout(t, compiler.Part, "PLHD", "C T L H D"), mustLayout(t, compiler.Pool, "page_head", "C S H T L D"))
+	a, err := ir.Lower(mustLayout(t, ir.Part, "PLHD", "C T L H D"), mustLayout(t, ir.Pool, "page_head", "C S H T L D"))
 	require.NoError(t, err)
-	b, err := compiler.Lower(mustLayout(t, compiler.Part, "mine", "C T L H D"), mustLayout(t, compiler.Pool, "theirs", "C S H T L D"))
+	b, err := ir.Lower(mustLayout(t, ir.Part, "mine", "C T L H D"), mustLayout(t, ir.Pool, "theirs", "C S H T L D"))
 	require.NoError(t, err)
 	require.Equal(t, "part(C T L H D) -> pool(C S H T L D)", a.Key())
 	require.Equal(t, a.Key(), b.Key())
 	require.Equal(t, a.Digest(), b.Digest())
 	require.Len(t, a.Digest(), 16)
 
-	c, err := compiler.Lower(mustLayout(t, compiler.Part, "PLHD", "C T L H D"), mustLayout(t, compiler.Pool, "page_first", "C S T L H D"))
+	c, err := ir.Lower(mustLayout(t, ir.Part, "PLHD", "C T L H D"), mustLayout(t, ir.Pool, "page_first", "C S T L H D"))
 	require.NoError(t, err)
 	require.NotEqual(t, a.Digest(), c.Digest())
 }
 
 func TestLowerErrors(t *testing.T) {
-	_, err := compiler.Lower(mustLayout(t, compiler.Pool, "a", "C S T L H D"), mustLayout(t, compiler.Pool, "b", "C S H T L D"))
+	_, err := ir.Lower(mustLayout(t, ir.Pool, "a", "C S T L H D"), mustLayout(t, ir.Pool, "b", "C S H T L D"))
 	require.EqualError(t, err, "no kernel from pool a to pool b: one side of a transfer is a store part")
 }
 
@@ -66,9 +67,9 @@ part x6 { order C L H D/6 T D%6 }
 `))
 	require.NoError(t, err)
 	// 3 parts with 6 layouts each, 3 pools with 3 parts each.
-	require.Len(t, f.Pairs, 27)
+	require.Len(t, f.Ranges, 27)
 	modes := map[string][]string{}
-	for _, p := range f.Pairs {
+	for _, p := range f.Ranges {
 		var ms []string
 		for _, lp := range p.Loops {
 			s := lp.Mode.String()
@@ -82,7 +83,7 @@ part x6 { order C L H D/6 T D%6 }
 	// T/4 against T/2: blocks of 4, pairs within a block, tokens in a pair.
 	require.Equal(t, []string{"C", "T/4", "L", "H", "T%4/2", "T%2", "D"}, modes["t4->t2"])
 	require.Equal(t, modes["t4->t2"], modes["t2->t4"]) // both follow the part
-	var t4, t2 *compiler.Layout
+	var t4, t2 *ir.Layout
 	for _, l := range f.Layouts {
 		switch l.Name {
 		case "t4":
@@ -91,9 +92,9 @@ part x6 { order C L H D/6 T D%6 }
 			t2 = l
 		}
 	}
-	cp, err := compiler.LowerIn(t4, t2, compiler.Dst) // a copy follows the pool
+	cp, err := ir.LowerIn(t4, t2, ir.Dst) // a copy follows the pool
 	require.NoError(t, err)
-	require.Equal(t, []compiler.Axis{compiler.C, compiler.T, compiler.T, compiler.L, compiler.H, compiler.T, compiler.D}, axes(cp))
+	require.Equal(t, []ir.Axis{ir.C, ir.T, ir.T, ir.L, ir.H, ir.T, ir.D}, axes(cp))
 	require.Equal(t, "T%4/2", cp.Loops[2].Mode.String())
 	// D/6 against D/8: only pairs of elements are common; the other side
 	// places the blocks of 2 through a Mixed.
@@ -117,7 +118,7 @@ func TestCompileAll(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "a.kvl, b.kvl", f.Name)
 	var pairs []string
-	for _, p := range f.Pairs {
+	for _, p := range f.Ranges {
 		pairs = append(pairs, p.Src.Name+" -> "+p.Dst.Name)
 	}
 	// Pool to pool is no pair.
@@ -144,18 +145,39 @@ func TestCompileAllErrors(t *testing.T) {
 	require.EqualError(t, err, "a.kvl:1:1: layout x is missing axis D\nb.kvl:1:1: pool layout y has no slot axis S")
 }
 
+// TestWrites: a pool's writes clause names a part layout of the unit, in
+// any of its files; the IR layout carries the name.
+func TestWrites(t *testing.T) {
+	f, err := compiler.CompileAll(
+		compiler.Source{Name: "a.kvl", Text: []byte("pool p { order C S L T H D writes x }\n")},
+		compiler.Source{Name: "b.kvl", Text: []byte("part x { order C L T H D }\n")},
+	)
+	require.NoError(t, err)
+	require.Equal(t, "x", f.Layouts[0].Writes)
+	require.Equal(t, "pool p { order C S L T H D writes x }", f.Layouts[0].String())
+
+	_, err = compiler.CompileAll(
+		compiler.Source{Name: "a.kvl", Text: []byte("part x { order C T L H D }\npart y { order C L T H D }\n" +
+			"pool p { order C S T L H D writes z }\npool q { order C S T L H D writes p }\n")},
+	)
+	require.EqualError(t, err, `a.kvl:3:35: pool layout p writes unknown layout "z"; part layouts are x, y`+"\n"+
+		`a.kvl:4:35: pool layout q writes p, a pool layout; it writes a part layout`)
+	_, err = compiler.Compile("a.kvl", []byte("pool p { order C S T L H D writes z }\n"))
+	require.EqualError(t, err, `a.kvl:1:35: pool layout p writes unknown layout "z"; no part layout is declared`)
+}
+
 func TestExpr(t *testing.T) {
-	e := compiler.Of(compiler.SymDim).Mul(compiler.Lit(4)).Mul(compiler.Of(compiler.SymItem)).
-		Mul(compiler.Expr{Const: 1, Factors: []compiler.Factor{{Sym: compiler.SymPage, Div: 4}}})
+	e := ir.Of(ir.SymDim).Mul(ir.Lit(4)).Mul(ir.Of(ir.SymItem)).
+		Mul(ir.Expr{Const: 1, Factors: []ir.Factor{{Sym: ir.SymPage, Div: 4}}})
 	require.Equal(t, "4*I*T/4*D", e.String())
-	require.Equal(t, "1", compiler.Lit(1).String())
-	require.Equal(t, "I", compiler.Of(compiler.SymItem).String())
-	var env compiler.Env
-	env[compiler.SymItem], env[compiler.SymPage], env[compiler.SymDim] = 2, 64, 128
+	require.Equal(t, "1", ir.Lit(1).String())
+	require.Equal(t, "I", ir.Of(ir.SymItem).String())
+	var env ir.Env
+	env[ir.SymItem], env[ir.SymPage], env[ir.SymDim] = 2, 64, 128
 	require.Equal(t, 4*2*16*128, e.Eval(&env))
-	require.True(t, e.Has(compiler.SymPage))
-	require.False(t, e.Has(compiler.SymCommonHeads))
-	require.True(t, e.Equal(compiler.Of(compiler.SymItem).Mul(compiler.Lit(4)).Mul(compiler.Of(compiler.SymDim)).
-		Mul(compiler.Expr{Const: 1, Factors: []compiler.Factor{{Sym: compiler.SymPage, Div: 4}}})))
-	require.False(t, e.Equal(compiler.Of(compiler.SymItem)))
+	require.True(t, e.Has(ir.SymPage))
+	require.False(t, e.Has(ir.SymCommonHeads))
+	require.True(t, e.Equal(ir.Of(ir.SymItem).Mul(ir.Lit(4)).Mul(ir.Of(ir.SymDim)).
+		Mul(ir.Expr{Const: 1, Factors: []ir.Factor{{Sym: ir.SymPage, Div: 4}}})))
+	require.False(t, e.Equal(ir.Of(ir.SymItem)))
 }

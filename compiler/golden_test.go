@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -47,11 +48,11 @@ func TestLowerInDst(t *testing.T) {
 	require.NoError(t, err)
 	f, err := compiler.Compile("builtin.kvl", src)
 	require.NoError(t, err)
-	byName := map[string]*compiler.Layout{}
+	byName := map[string]*ir.Layout{}
 	for _, l := range f.Layouts {
 		byName[l.Name] = l
 	}
-	p, err := compiler.LowerIn(byName["PLHD"], byName["page_head"], compiler.Dst)
+	p, err := ir.LowerIn(byName["PLHD"], byName["page_head"], ir.Dst)
 	require.NoError(t, err)
 	require.Equal(t, `pair PLHD -> page_head: part(C T L H D) -> pool(C S H T L D), loops follow the dst
   src C block: I*T*D*Ls*Hs
@@ -65,15 +66,15 @@ func TestLowerInDst(t *testing.T) {
   run I*D
 `, p.String())
 	// Following the part, the same pair walks T, L, H.
-	q, err := compiler.Lower(byName["PLHD"], byName["page_head"])
+	q, err := ir.Lower(byName["PLHD"], byName["page_head"])
 	require.NoError(t, err)
-	require.Equal(t, compiler.Src, q.Iter)
-	require.Equal(t, []compiler.Axis{compiler.C, compiler.T, compiler.L, compiler.H, compiler.D}, axes(q))
-	require.Equal(t, []compiler.Axis{compiler.C, compiler.H, compiler.T, compiler.L, compiler.D}, axes(p))
+	require.Equal(t, ir.Src, q.Iter)
+	require.Equal(t, []ir.Axis{ir.C, ir.T, ir.L, ir.H, ir.D}, axes(q))
+	require.Equal(t, []ir.Axis{ir.C, ir.H, ir.T, ir.L, ir.D}, axes(p))
 }
 
-func axes(p *compiler.Pair) []compiler.Axis {
-	var out []compiler.Axis
+func axes(p *ir.Nest) []ir.Axis {
+	var out []ir.Axis
 	for _, lp := range p.Loops {
 		out = append(out, lp.Mode.Axis)
 	}

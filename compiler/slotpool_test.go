@@ -3,9 +3,8 @@ package compiler_test
 import (
 	"testing"
 
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/stretchr/testify/require"
-
-	"github.com/kvreshard/kvreshard/compiler"
 )
 
 func TestSlotPool(t *testing.T) {
@@ -14,13 +13,13 @@ func TestSlotPool(t *testing.T) {
 		{"L C T H D", "pool(S L C T H D)"},
 		{"C L H D/8 T D%8", "pool(C S L H D/8 T D%8)"},
 	} {
-		l, err := compiler.ParseLayout(compiler.Part, "x", c.order)
+		l, err := ir.ParseLayout(ir.Part, "x", c.order)
 		require.NoError(t, err)
 		p := l.SlotPool()
 		require.Equal(t, c.want, p.Identity())
 		require.Equal(t, "x_pool", p.Name)
 		// A valid pool: the checker accepts its order.
-		_, err = compiler.ParseLayout(compiler.Pool, p.Name, p.Order())
+		_, err = ir.ParseLayout(ir.Pool, p.Name, p.Order())
 		require.NoError(t, err)
 		require.Equal(t, c.order, l.Order(), "SlotPool must not change its part layout")
 	}

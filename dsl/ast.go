@@ -9,14 +9,15 @@ import (
 
 // File is a parsed .kvl file: its layout declarations in file order.
 type File struct {
-	Pos     lexer.Position
-	Layouts []*Layout `parser:"@@*"`
+	Pos   lexer.Position
+	Decls []*Decl `parser:"@@*"`
 }
 
-// Layout is one layout declaration:
+// Decl is one layout declaration:
 //
 //	part PLHD "token-major" { order C T L H D }
-type Layout struct {
+//	pool page_first { order C S T L H D writes PLHD }
+type Decl struct {
 	Pos lexer.Position
 	// Kind is "part" (how one Part is laid out in the store) or "pool"
 	// (how a host pool holds many pages; it has the slot axis S).
@@ -26,7 +27,24 @@ type Layout struct {
 	// Doc is the unquoted doc string, "" if none.
 	Doc string `parser:"@String?"`
 	// Order lists the modes, outermost first.
-	Order []*Mode `parser:"'{' 'order' @@+ '}'"`
+	Order []*Mode `parser:"'{' 'order' @@+"`
+	// Writes, in a pool layout, names the part layout that writers of such
+	// a pool store their pages in when they name none; nil if none.
+	Writes *Ref `parser:"('writes' @@)? '}'"`
+}
+
+// Ref is a layout name that refers to another declaration.
+type Ref struct {
+	Pos  lexer.Position
+	Name string `parser:"@Ident"`
+}
+
+// WritesName returns the name Writes refers to, or "".
+func (l *Decl) WritesName() string {
+	if l.Writes == nil {
+		return ""
+	}
+	return l.Writes.Name
 }
 
 // Mode is one entry of a layout's order: a whole axis ("D"), the outer
@@ -52,7 +70,7 @@ func (m *Mode) String() string {
 
 // OrderString returns the canonical order: the modes joined by one space,
 // for example "C L H D/8 T D%8". It is the form ParseOrder reads back.
-func (l *Layout) OrderString() string {
+func (l *Decl) OrderString() string {
 	var b strings.Builder
 	for i, m := range l.Order {
 		if i > 0 {
@@ -68,7 +86,7 @@ func (l *Layout) OrderString() string {
 //	part PLHD "token-major" { order C T L H D }
 //
 // The doc string is omitted when empty and quoted with Go escapes otherwise.
-func (l *Layout) String() string {
+func (l *Decl) String() string {
 	var b strings.Builder
 	b.WriteString(l.Kind)
 	b.WriteByte(' ')
@@ -79,6 +97,10 @@ func (l *Layout) String() string {
 	}
 	b.WriteString(" { order ")
 	b.WriteString(l.OrderString())
+	if l.Writes != nil {
+		b.WriteString(" writes ")
+		b.WriteString(l.Writes.Name)
+	}
 	b.WriteString(" }")
 	return b.String()
 }
@@ -88,7 +110,7 @@ func (l *Layout) String() string {
 // equal AST (positions aside).
 func (f *File) String() string {
 	var b strings.Builder
-	for _, l := range f.Layouts {
+	for _, l := range f.Decls {
 		b.WriteString(l.String())
 		b.WriteByte('\n')
 	}

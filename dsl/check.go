@@ -20,12 +20,15 @@ func Check(f *File) ErrorList {
 		return nil
 	}
 	var errs ErrorList
-	first := map[string]*Layout{}
-	for _, l := range f.Layouts {
+	first := map[string]*Decl{}
+	for _, l := range f.Decls {
 		if l == nil {
 			continue
 		}
 		errs = append(errs, checkLayout(l)...)
+		if l.Writes != nil && l.Kind == "part" {
+			errs = append(errs, errorf(l.Writes.Pos, "part layout %s writes %s; only a pool layout names the part layout it writes", l.Name, l.Writes.Name))
+		}
 		if prev, ok := first[l.Name]; ok {
 			errs = append(errs, errorf(l.Pos, "duplicate layout %q, first defined at %s", l.Name, at(prev.Pos)))
 		} else {
@@ -40,10 +43,10 @@ func errorf(pos lexer.Position, format string, args ...any) *Error {
 	return &Error{Pos: pos, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Decl returns the layout as the IR's order declaration, the layout and
+// OrderDecl returns the layout as the IR's order declaration, the layout and
 // each of its modes at their line and column, for ir.CheckOrder and the
 // IR's lowering (ir.OrderDecl.Layout). Nil modes are left out.
-func (l *Layout) Decl() *ir.OrderDecl {
+func (l *Decl) OrderDecl() *ir.OrderDecl {
 	d := &ir.OrderDecl{Pos: irPos(l.Pos), Kind: l.Kind, Name: l.Name}
 	for _, m := range l.Order {
 		if m != nil {
@@ -58,8 +61,8 @@ func irPos(p lexer.Position) ir.Pos { return ir.Pos{Line: p.Line, Column: p.Colu
 // checkLayout returns the errors of one layout by the IR's checker, each at
 // the position of the layout or mode it is about, sorted as
 // ir.CheckOrder sorts them.
-func checkLayout(l *Layout) ErrorList {
-	ierrs := ir.CheckOrder(l.Decl())
+func checkLayout(l *Decl) ErrorList {
+	ierrs := ir.CheckOrder(l.OrderDecl())
 	if len(ierrs) == 0 {
 		return nil
 	}

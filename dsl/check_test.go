@@ -11,8 +11,8 @@ import (
 func TestParseBuiltins(t *testing.T) {
 	f, err := Parse("builtin.kvl", []byte(builtins))
 	require.NoError(t, err)
-	require.Len(t, f.Layouts, 10)
-	x := f.Layouts[7]
+	require.Len(t, f.Decls, 10)
+	x := f.Decls[7]
 	require.Equal(t, "part", x.Kind)
 	require.Equal(t, "vllm_xblock", x.Name)
 	require.Equal(t, "vLLM x-blocked", x.Doc)
@@ -21,10 +21,10 @@ func TestParseBuiltins(t *testing.T) {
 	require.Equal(t, lexer.Position{Filename: "builtin.kvl", Offset: x.Order[3].Pos.Offset, Line: 13, Column: 49}, x.Order[3].Pos)
 	require.Equal(t, 13, x.Pos.Line)
 	require.Equal(t, 1, x.Pos.Column)
-	require.Equal(t, "", f.Layouts[3].Doc)
-	require.Equal(t, "pool", f.Layouts[3].Kind)
-	require.Equal(t, `part PLHD "token-major; SGLang page_first" { order C T L H D }`, f.Layouts[0].String())
-	require.Equal(t, `pool page_first { order C S T L H D }`, f.Layouts[3].String())
+	require.Equal(t, "", f.Decls[3].Doc)
+	require.Equal(t, "pool", f.Decls[3].Kind)
+	require.Equal(t, `part PLHD "token-major; SGLang page_first" { order C T L H D }`, f.Decls[0].String())
+	require.Equal(t, `pool page_first { order C S T L H D }`, f.Decls[3].String())
 }
 
 func TestModeString(t *testing.T) {
@@ -37,7 +37,7 @@ func TestEmptyFile(t *testing.T) {
 	for _, src := range []string{"", "\n\n", "// nothing here\n", "  \t\r\n// a\n// b"} {
 		f, err := Parse("e.kvl", []byte(src))
 		require.NoError(t, err, "%q", src)
-		require.Empty(t, f.Layouts)
+		require.Empty(t, f.Decls)
 		require.Equal(t, "", f.String())
 	}
 }
@@ -147,6 +147,12 @@ func TestErrors(t *testing.T) {
 func TestSyntaxErrors(t *testing.T) {
 	tests := []struct{ src, want string }{
 		{"part X { order C T L H D", `1:25: unexpected end of input; expected an axis or "}"`},
+		{"pool X { order C S T L H D writes }", `1:35: unexpected "}"; expected a part layout name`},
+		{"pool X { order C S T L H D writes A B }", `1:37: unexpected "B"; expected "}"`},
+		{"pool X { order C S T L H D writes A", `1:36: unexpected end of input; expected "}"`},
+		{"pool X { order C S T L H D writes A order C }", `1:37: unexpected "order"; expected "}"`},
+		{"pool X { writes A order C S T L H D }", `1:10: unexpected "writes"; expected "order"`},
+		{"part writes { order C T L H D }", `1:6: unexpected "writes"; expected a layout name`},
 		{"part X { order }", `1:16: unexpected "}"; expected an axis`},
 		{"part X { order C T L H D/x }", `1:26: unexpected "x"; expected a split factor`},
 		{"part X { order C T L H D/-3 }", `1:26: unexpected character '-'`},
@@ -175,11 +181,26 @@ func TestSyntaxErrors(t *testing.T) {
 	}
 }
 
+// TestWrites: a pool layout may name the part layout it writes; a part
+// layout may not. Whether the name is declared is the compiler's check (it
+// may be in another file of the unit).
+func TestWrites(t *testing.T) {
+	f, err := Parse("w.kvl", []byte("pool p { order C S T L H D\n  writes PLHD }\npool q { order C S T L H D writes elsewhere }"))
+	require.NoError(t, err)
+	require.Equal(t, "PLHD", f.Decls[0].WritesName())
+	require.Equal(t, lexer.Position{Filename: "w.kvl", Offset: 36, Line: 2, Column: 10}, f.Decls[0].Writes.Pos)
+	require.Equal(t, "pool p { order C S T L H D writes PLHD }\npool q { order C S T L H D writes elsewhere }\n", f.String())
+	require.Equal(t, "", (&Decl{}).WritesName())
+
+	_, err = Parse("w.kvl", []byte("part x { order C T L H D writes PLHD }"))
+	require.EqualError(t, err, "w.kvl:1:33: part layout x writes PLHD; only a pool layout names the part layout it writes")
+}
+
 func TestParseReturnsFileWithSemanticErrors(t *testing.T) {
 	f, err := Parse("a.kvl", []byte("part X { order C T L H }"))
 	require.EqualError(t, err, "a.kvl:1:1: layout X is missing axis D")
 	require.NotNil(t, f)
-	require.Equal(t, "C T L H", f.Layouts[0].OrderString())
+	require.Equal(t, "C T L H", f.Decls[0].OrderString())
 }
 
 // TestCheckBuilt covers what only an AST built in memory can get wrong.
@@ -188,7 +209,7 @@ func TestCheckBuilt(t *testing.T) {
 		ms := []*Mode{{Axis: "C"}, {Axis: "T"}, {Axis: "L"}, {Axis: "H"}}
 		return append(ms, extra...)
 	}
-	f := &File{Layouts: []*Layout{
+	f := &File{Decls: []*Decl{
 		{Kind: "slab", Name: "A", Order: modes(&Mode{Axis: "D"})},
 		{Kind: "part", Name: "has space", Order: modes(&Mode{Axis: "D"})},
 		{Kind: "pool", Name: "order", Order: modes(&Mode{Axis: "S"}, &Mode{Axis: "D"})},
@@ -201,7 +222,7 @@ func TestCheckBuilt(t *testing.T) {
 	require.Equal(t, ""+
 		`unknown layout kind "slab"; kinds are part and pool`+"\n"+
 		`invalid layout name "has space"; a name is a letter or _ followed by letters, digits and _`+"\n"+
-		`invalid layout name "order"; part, pool and order are keywords`+"\n"+
+		`invalid layout name "order"; part, pool, order and writes are keywords`+"\n"+
 		`invalid split operator "*" after D; use / or %`+"\n"+
 		`layout B is missing axis D`+"\n"+
 		`whole axis D has a split factor 2`+"\n"+
@@ -279,7 +300,7 @@ func TestParseOrder(t *testing.T) {
 func TestParseOrderAgreesWithParse(t *testing.T) {
 	f, err := Parse("builtin.kvl", []byte(builtins))
 	require.NoError(t, err)
-	for _, l := range f.Layouts {
+	for _, l := range f.Decls {
 		got, err := ParseOrder(l.Kind, l.Name, l.OrderString())
 		require.NoError(t, err)
 		want := layoutNoPos(l)
@@ -291,6 +312,6 @@ func TestParseOrderAgreesWithParse(t *testing.T) {
 func TestNamesThatLookLikeKeywords(t *testing.T) {
 	f, err := Parse("", []byte("part parts { order C T L H D }\npool pool_a { order C S T L H D }\npart orders { order C T L H D }"))
 	require.NoError(t, err)
-	require.Equal(t, "parts", f.Layouts[0].Name)
-	require.Equal(t, "pool_a", f.Layouts[1].Name)
+	require.Equal(t, "parts", f.Decls[0].Name)
+	require.Equal(t, "pool_a", f.Decls[1].Name)
 }

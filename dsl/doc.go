@@ -8,11 +8,12 @@
 //	part LPHD "layer-major"                   { order C L T H D }
 //	part HPLD "head-major; SGLang page_head"  { order C H T L D }
 //
-//	// Host pools: S is the page slot.
-//	pool page_first        { order C S T L H D }
-//	pool page_first_direct { order C S L T H D }
-//	pool layer_first       { order C L S T H D }
-//	pool page_head         { order C S H T L D }
+//	// Host pools: S is the page slot. A writer of such a pool stores its
+//	// pages in the part layout the pool writes, unless it names another.
+//	pool page_first        { order C S T L H D writes PLHD }
+//	pool page_first_direct { order C S L T H D writes LPHD }
+//	pool layer_first       { order C L S T H D writes LPHD }
+//	pool page_head         { order C S H T L D writes HPLD }
 //
 //	// vLLM x-blocked key cache: D split into D/8 blocks of 8 elements.
 //	part vllm_xblock "vLLM x-blocked" { order C L H D/8 T D%8 }
@@ -32,8 +33,8 @@
 //
 // # Grammar
 //
-//	File   = { Layout } .
-//	Layout = Kind Name [ Doc ] "{" "order" Mode { Mode } "}" .
+//	File   = { Decl } .
+//	Decl   = Kind Name [ Doc ] "{" "order" Mode { Mode } [ "writes" Name ] "}" .
 //	Kind   = "part" | "pool" .
 //	Mode   = Axis [ ( "/" | "%" ) Factor ] .
 //	Axis   = Ident .   (one of C S T L H D; checked, not parsed)
@@ -45,12 +46,16 @@
 // Comments run from // to the end of the line. Spaces, tabs and line breaks
 // separate tokens and are otherwise insignificant; a declaration may span
 // lines. Source text must be UTF-8. An empty file (or one holding only
-// comments) is valid and declares nothing. The keywords part, pool and order
-// are reserved: they cannot name a layout.
+// comments) is valid and declares nothing. The keywords part, pool, order
+// and writes are reserved: they cannot name a layout.
 //
 // A part layout says how one Part (one writer rank's share of a page) is laid
 // out in the store. A pool layout says how a rank's host pool holds many
-// pages; its S axis is the page slot.
+// pages; its S axis is the page slot. A pool layout may name, after its
+// order, the part layout that writers of such a pool store their pages in
+// by default (writes PLHD): the runtime's writers use it when they are
+// given none. The name must be a part layout compiled with it (the
+// compiler checks; it may be in another file of the unit).
 //
 // # Split axes
 //
@@ -80,6 +85,11 @@
 //     pool layout page_first has no slot axis S
 //   - Layout names are unique in a file:
 //     duplicate layout "PLHD", first defined at 2:1
+//   - Only a pool layout writes a part layout:
+//     part layout x writes PLHD; only a pool layout names the part layout it writes
+//     (and, checked by the compiler across the unit's files:
+//     pool layout p writes unknown layout "z"; part layouts are PLHD, LPHD, HPLD
+//     pool layout q writes p, a pool layout; it writes a part layout)
 //   - A split factor is an integer from 2 to MaxFactor:
 //     split factor of D must be a positive integer, got 0
 //     split factor of D must be at least 2, got 1
@@ -108,6 +118,6 @@
 // Parse parses and checks a file; Check checks a File built in memory.
 // File.String prints the canonical form, one declaration per line, which
 // parses back to an equal AST. ParseOrder reads just an order, as
-// Layout.OrderString prints it and a manifest stores it, and checks it as
+// Decl.OrderString prints it and a manifest stores it, and checks it as
 // the layout of the given kind and name.
 package dsl

@@ -54,7 +54,7 @@ func FuzzParse(f *testing.F) {
 		require.NoError(t, err, "%q", text)
 		require.Equal(t, noPos(file), noPos(g))
 		require.Equal(t, text, g.String())
-		for _, l := range file.Layouts {
+		for _, l := range file.Decls {
 			o, err := ParseOrder(l.Kind, l.Name, l.OrderString())
 			require.NoError(t, err)
 			require.Equal(t, l.OrderString(), o.OrderString())

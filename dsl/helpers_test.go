@@ -4,7 +4,8 @@ import (
 	"github.com/alecthomas/participle/v2/lexer"
 )
 
-// builtins are the layouts of DESIGN.md, section 2.
+// builtins are kvreshard's built-in layouts with three vLLM and FlashInfer
+// ones, as the language's manual shows them.
 const builtins = `// Store parts: no slot axis.
 part PLHD "token-major; SGLang page_first" { order C T L H D }
 part LPHD "layer-major"                   { order C L T H D }
@@ -29,13 +30,13 @@ func noPos(f *File) *File {
 		return nil
 	}
 	out := &File{}
-	for _, l := range f.Layouts {
-		out.Layouts = append(out.Layouts, layoutNoPos(l))
+	for _, l := range f.Decls {
+		out.Decls = append(out.Decls, layoutNoPos(l))
 	}
 	return out
 }
 
-func layoutNoPos(l *Layout) *Layout {
+func layoutNoPos(l *Decl) *Decl {
 	c := *l
 	c.Pos = lexer.Position{}
 	c.Order = nil
@@ -43,6 +44,9 @@ func layoutNoPos(l *Layout) *Layout {
 		mc := *m
 		mc.Pos = lexer.Position{}
 		c.Order = append(c.Order, &mc)
+	}
+	if l.Writes != nil {
+		c.Writes = &Ref{Name: l.Writes.Name}
 	}
 	return &c
 }

@@ -3,6 +3,7 @@ package dsl
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -19,7 +20,7 @@ import (
 // declaration rather than after reading its keyword and name as axes.
 var kvlLexer = lexer.MustSimple([]lexer.SimpleRule{
 	{Name: "Comment", Pattern: `//[^\n]*`},
-	{Name: "Keyword", Pattern: `(?:part|pool|order)\b`},
+	{Name: "Keyword", Pattern: `(?:part|pool|order|writes)\b`},
 	{Name: "String", Pattern: `"(?:\\.|[^"\\\n])*"`},
 	{Name: "BadString", Pattern: `"(?:\\.|[^"\\\n])*\\?`},
 	{Name: "Int", Pattern: `[0-9]+`},
@@ -97,7 +98,7 @@ func Parse(filename string, src []byte) (*File, error) {
 // and checks the layout it makes with kind and name. The returned Layout has
 // no position; its modes are positioned on line 1 of order. Errors are an
 // *OrderError naming the layout.
-func ParseOrder(kind, name, order string) (*Layout, error) {
+func ParseOrder(kind, name, order string) (*Decl, error) {
 	fail := func(errs ErrorList) error {
 		return &OrderError{Kind: kind, Name: name, Order: order, Errs: errs}
 	}
@@ -111,7 +112,7 @@ func ParseOrder(kind, name, order string) (*Layout, error) {
 	if len(body.Modes) == 0 {
 		return nil, fail(ErrorList{{Msg: "order is empty"}})
 	}
-	l := &Layout{Kind: kind, Name: name, Order: body.Modes}
+	l := &Decl{Kind: kind, Name: name, Order: body.Modes}
 	// Errors about a mode come first: they are usually the cause of those
 	// about the whole layout (an unknown axis makes one missing).
 	if errs := checkLayout(l); len(errs) > 0 {
@@ -153,6 +154,10 @@ func convertError(filename string, src []byte, err error, top string) *Error {
 		switch {
 		case errors.As(err, &unexpected):
 			e.Msg = unexpectedMessage(unexpected, top)
+			if off := unexpected.Unexpected.Pos.Offset; off >= 0 && off <= len(src) && writesRE.Match(src[:off]) {
+				// After "writes NAME" only the brace may come.
+				e.Msg = strings.Replace(e.Msg, `expected an axis or "}"`, `expected "}"`, 1)
+			}
 		case errors.As(err, &lexErr) && lexErr.Pos.Offset >= 0 && lexErr.Pos.Offset < len(src):
 			r, _ := utf8.DecodeRune(src[lexErr.Pos.Offset:])
 			e.Msg = fmt.Sprintf("unexpected character %q", r)
@@ -167,6 +172,9 @@ func convertError(filename string, src []byte, err error, top string) *Error {
 	}
 	return e
 }
+
+// writesRE matches text that ends in a writes clause's name.
+var writesRE = regexp.MustCompile(`\bwrites\s+[A-Za-z_][A-Za-z0-9_]*\s*$`)
 
 // unexpectedMessage words an unexpected-token error in the language's terms:
 // what was found, and the first thing the grammar would have accepted there.
@@ -195,6 +203,8 @@ func expectedWhat(msg, top string) string {
 		return "a split factor"
 	case first == "<string>?":
 		return `a doc string or "{"`
+	case first == "Ref":
+		return "a part layout name"
 	case strings.HasPrefix(first, "Mode"):
 		return "an axis"
 	case first == `"}"`:

@@ -34,11 +34,11 @@ part flashinfer_hnd { order L C H T D }
 
 func TestRoundTripDocEscapes(t *testing.T) {
 	for _, doc := range []string{`say "hi"`, `back\slash`, "tab\there", "new\nline", "nul\x00", "caf\u00e9 \u4e16", "\u2028", "\U0001F600", "bad \xff byte", "\x7f"} {
-		f := &File{Layouts: []*Layout{{Kind: "part", Name: "X", Doc: doc, Order: wholeModes("C", "T", "L", "H", "D")}}}
+		f := &File{Decls: []*Decl{{Kind: "part", Name: "X", Doc: doc, Order: wholeModes("C", "T", "L", "H", "D")}}}
 		require.Empty(t, Check(f))
 		g, err := Parse("", []byte(f.String()))
 		require.NoError(t, err, "%q", f.String())
-		require.Equal(t, doc, g.Layouts[0].Doc)
+		require.Equal(t, doc, g.Decls[0].Doc)
 	}
 }
 
@@ -52,8 +52,8 @@ func wholeModes(axes ...string) []*Mode {
 
 // randomLayout returns a valid layout: every axis once (S only in a pool),
 // T and D each split at random, outer half before inner half.
-func randomLayout(r *rand.Rand, name string) *Layout {
-	l := &Layout{Kind: "part", Name: name}
+func randomLayout(r *rand.Rand, name string) *Decl {
+	l := &Decl{Kind: "part", Name: name}
 	axes := []string{"C", "T", "L", "H", "D"}
 	if r.Intn(2) == 0 {
 		l.Kind = "pool"
@@ -89,6 +89,9 @@ func randomLayout(r *rand.Rand, name string) *Layout {
 	if r.Intn(3) > 0 {
 		l.Doc = randomDoc(r)
 	}
+	if l.Kind == "pool" && r.Intn(2) == 0 {
+		l.Writes = &Ref{Name: fmt.Sprintf("w%d_part", r.Intn(100))}
+	}
 	return l
 }
 
@@ -109,14 +112,14 @@ func randomDoc(r *rand.Rand) string {
 func randomFile(r *rand.Rand) *File {
 	f := &File{}
 	for i := r.Intn(6); i > 0; i-- {
-		f.Layouts = append(f.Layouts, randomLayout(r, fmt.Sprintf("%c%d_x", 'a'+rune(r.Intn(26)), len(f.Layouts))))
+		f.Decls = append(f.Decls, randomLayout(r, fmt.Sprintf("%c%d_x", 'a'+rune(r.Intn(26)), len(f.Decls))))
 	}
 	return f
 }
 
 // layoutSource writes l with random spacing and comments between tokens:
 // not the canonical form, but the same layout.
-func layoutSource(r *rand.Rand, l *Layout) string {
+func layoutSource(r *rand.Rand, l *Decl) string {
 	seps := []string{" ", "  ", "\t", "\n", "\r\n", " // a comment { order }\n", "\n// part X { order C }\n"}
 	sep := func() string { return seps[r.Intn(len(seps))] }
 	tight := func() string {
@@ -136,6 +139,9 @@ func layoutSource(r *rand.Rand, l *Layout) string {
 		if m.Op != "" {
 			b.WriteString(tight() + m.Op + tight() + strings.Repeat("0", r.Intn(2)) + fmt.Sprint(m.Factor))
 		}
+	}
+	if l.Writes != nil {
+		b.WriteString(sep() + "writes" + sep() + l.Writes.Name)
 	}
 	b.WriteString(tight() + "}")
 	return b.String()
@@ -157,7 +163,7 @@ func TestRoundTripRandom(t *testing.T) {
 		require.Equal(t, text, g.String(), "seed %d", seed)
 
 		var src strings.Builder
-		for _, l := range f.Layouts {
+		for _, l := range f.Decls {
 			src.WriteString(layoutSource(r, l))
 			src.WriteString([]string{"\n", " ", "\n\n// next\n"}[r.Intn(3)])
 		}
@@ -165,11 +171,11 @@ func TestRoundTripRandom(t *testing.T) {
 		require.NoError(t, err, "seed %d:\n%s", seed, src.String())
 		require.Equal(t, noPos(f), noPos(h), "seed %d:\n%s", seed, src.String())
 
-		for _, l := range f.Layouts {
+		for _, l := range f.Decls {
 			o, err := ParseOrder(l.Kind, l.Name, l.OrderString())
 			require.NoError(t, err, "seed %d", seed)
 			want := layoutNoPos(l)
-			want.Doc = ""
+			want.Doc, want.Writes = "", nil
 			require.Equal(t, want, layoutNoPos(o), "seed %d", seed)
 		}
 	}
@@ -207,7 +213,7 @@ func TestRandomBreakage(t *testing.T) {
 			m.Axis = strings.ToLower(m.Axis)
 			want = fmt.Sprintf("unknown axis %q; axes are C, S, T, L, H, D", m.Axis)
 		}
-		src := (&File{Layouts: []*Layout{l}}).String()
+		src := (&File{Decls: []*Decl{l}}).String()
 		_, err := Parse("", []byte(src))
 		require.Error(t, err, "seed %d: %s", seed, src)
 		list := err.(ErrorList)

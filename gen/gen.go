@@ -32,7 +32,7 @@ import (
 const KernelPkg = "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Version is the kernel runtime version the generated code is written for.
-const Version = 4
+const Version = 5
 
 // Header returns the first line of a file generated from the .kvl file.
 func Header(kvlFile string) string {
@@ -53,12 +53,27 @@ func Generate(f *ir.File, pkg string) ([]byte, error) {
 		jen.Id("_").Op("=").Qual(KernelPkg, "EnforceVersion").Call(jen.Lit(Version).Op("-").Qual(KernelPkg, "MinGenVersion")),
 	)
 	var regs []jen.Code
+	for _, l := range f.Layouts {
+		d := jen.Dict{
+			jen.Id("Kind"):   jen.Lit(l.Kind.String()),
+			jen.Id("Name"):   jen.Lit(l.Name),
+			jen.Id("Order"):  jen.Lit(l.Order()),
+			jen.Id("Origin"): jen.Lit(origin(f, l)),
+		}
+		if l.Doc != "" {
+			d[jen.Id("Doc")] = jen.Lit(l.Doc)
+		}
+		if l.Writes != "" {
+			d[jen.Id("Writes")] = jen.Lit(l.Writes)
+		}
+		regs = append(regs, jen.Qual(KernelPkg, "MustRegisterLayout").Call(jen.Qual(KernelPkg, "LayoutDecl").Values(d)))
+	}
 	seen := map[string]string{}
 	var funcs []jen.Code
-	if len(f.Copies) != len(f.Pairs) {
-		return nil, fmt.Errorf("gen: %s: %d pairs but %d copy nests; compile the file with package compiler", f.Name, len(f.Pairs), len(f.Copies))
+	if len(f.Copies) != len(f.Ranges) {
+		return nil, fmt.Errorf("gen: %s: %d pairs but %d copy nests; compile the file with package compiler", f.Name, len(f.Ranges), len(f.Copies))
 	}
-	for i, p := range f.Pairs {
+	for i, p := range f.Ranges {
 		if first, dup := seen[p.Key()]; dup {
 			out.Comment(fmt.Sprintf("%s -> %s is the same pair as %s.", p.Src.Name, p.Dst.Name, first))
 			continue
@@ -95,6 +110,16 @@ func Generate(f *ir.File, pkg string) ([]byte, error) {
 		return nil, fmt.Errorf("gen: %s: generated code does not format: %w", f.Name, err)
 	}
 	return src, nil
+}
+
+// origin is where layout l was declared, as its registration says: the
+// .kvl file's base name and the line and column, so that the output does not
+// depend on the directory kvlc ran in.
+func origin(f *ir.File, l *ir.Layout) string {
+	if l.Pos == "" {
+		return filepath.Base(f.Name)
+	}
+	return filepath.Base(l.Pos)
 }
 
 // FuncSuffix returns what follows range_ and copy_ (and tokenRange_ and

@@ -11,7 +11,7 @@ import (
 
 // kernel is the state of generating one kernel function.
 type kernel struct {
-	p     *ir.Pair
+	p     *ir.Nest
 	live  []ir.Loop
 	copy  bool
 	perC  bool // the outermost loop walks components and sets D
@@ -100,7 +100,7 @@ func sideName(s int) string { return [2]string{"s", "d"}[s] }
 // loop nest, and its twin for token lists: the range kernel appends runs,
 // the copy kernel copies them (its nest follows the destination; see
 // ir.LowerIn).
-func kernelFuncs(p *ir.Pair, name string, isCopy bool) [2]jen.Code {
+func kernelFuncs(p *ir.Nest, name string, isCopy bool) [2]jen.Code {
 	return [2]jen.Code{newKernel(p, isCopy, false).emit(name), newKernel(p, isCopy, true).emit(name)}
 }
 
@@ -109,7 +109,7 @@ func kernelFuncs(p *ir.Pair, name string, isCopy bool) [2]jen.Code {
 // innermost T loop at least: every T loop places a digit of the token, so
 // none folds, and its run is the loops inside the innermost that fold
 // statically.
-func newKernel(p *ir.Pair, isCopy, tokens bool) *kernel {
+func newKernel(p *ir.Nest, isCopy, tokens bool) *kernel {
 	k := &kernel{p: p, live: p.LiveLoops(), copy: isCopy, tok: -1, run: p.Run}
 	if tokens {
 		for i, lp := range p.Loops {

@@ -86,7 +86,7 @@ func Rules() []string {
 // in the range kernel or, with isCopy, the copy kernel (whose nest follows
 // the destination: pass ir.LowerIn(src, dst, ir.Dst)); with tokens, in
 // their twin for token lists, whose live loops run to the innermost T loop.
-func RulesFor(p *ir.Pair, isCopy, tokens bool) []string {
+func RulesFor(p *ir.Nest, isCopy, tokens bool) []string {
 	k := newKernel(p, isCopy, tokens)
 	k.emit("x")
 	return k.applied

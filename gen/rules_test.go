@@ -8,9 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/stretchr/testify/require"
-
-	"github.com/kvreshard/kvreshard/compiler"
 )
 
 // ruleCases names, for each rule of the generator, a pair and a kernel in
@@ -34,13 +33,13 @@ var ruleCases = []struct {
 	{"loop", "part C T L H D", "pool C S H T L D", false, false},
 }
 
-func layout(t *testing.T, name, decl string) *compiler.Layout {
+func layout(t *testing.T, name, decl string) *ir.Layout {
 	t.Helper()
-	kind := compiler.Part
+	kind := ir.Part
 	if decl[:4] == "pool" {
-		kind = compiler.Pool
+		kind = ir.Pool
 	}
-	l, err := compiler.ParseLayout(kind, name, decl[5:])
+	l, err := ir.ParseLayout(kind, name, decl[5:])
 	require.NoError(t, err)
 	return l
 }
@@ -52,11 +51,11 @@ func TestRuleGoldens(t *testing.T) {
 	for _, c := range ruleCases {
 		t.Run(c.rule, func(t *testing.T) {
 			src, dst := layout(t, "a", c.src), layout(t, "b", c.dst)
-			iter := compiler.Src
-			if c.copy || src.Kind == compiler.Pool {
-				iter = compiler.Dst
+			iter := ir.Src
+			if c.copy || src.Kind == ir.Pool {
+				iter = ir.Dst
 			}
-			p, err := compiler.LowerIn(src, dst, iter)
+			p, err := ir.LowerIn(src, dst, iter)
 			require.NoError(t, err)
 			applied := RulesFor(p, c.copy, c.tokens)
 			require.Contains(t, applied, c.rule, "rules applied: %v\n%s", applied, p)

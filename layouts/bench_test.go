@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	_ "github.com/kvreshard/kvreshard/examples/customlayout"
 	"github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
@@ -92,8 +93,8 @@ func newBenchSetup(b *testing.B, c benchCase) *benchSetup {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var pair *compiler.Pair
-	for _, p := range f.Pairs {
+	var pair *ir.Nest
+	for _, p := range f.Ranges {
 		if p.Src.Name == c.src && p.Dst.Name == c.dst {
 			pair = p
 		}
@@ -109,9 +110,9 @@ func newBenchSetup(b *testing.B, c benchCase) *benchSetup {
 	// Parts are packed (K region then V region); pools keep K and V in
 	// separate buffers, as SGLang's host pools do.
 	src := kerneltest.Buffer{Layout: pair.Src, Layers: all, HeadStart: c.srcHead, Heads: c.srcHeads, Slots: 1,
-		Packed: pair.Src.Kind == compiler.Part}
+		Packed: pair.Src.Kind == ir.Part}
 	dst := kerneltest.Buffer{Layout: pair.Dst, Layers: all, Heads: c.heads, Slots: 1,
-		Packed: pair.Dst.Kind == compiler.Part}
+		Packed: pair.Dst.Kind == ir.Part}
 	s := &benchSetup{p: g.Problem(&src, &dst), interp: kernel.Interpreter{IR: pair}}
 	s.gen = kernel.Lookup(kernel.Pair{Src: pair.Src.Identity(), Dst: pair.Dst.Identity()})
 	if s.gen == nil {

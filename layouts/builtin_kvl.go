@@ -6,11 +6,60 @@ import "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Fail to compile against a kernel runtime that does not support this generated code.
 const (
-	_ = kernel.EnforceVersion(kernel.GenVersion - 4)
-	_ = kernel.EnforceVersion(4 - kernel.MinGenVersion)
+	_ = kernel.EnforceVersion(kernel.GenVersion - 5)
+	_ = kernel.EnforceVersion(5 - kernel.MinGenVersion)
 )
 
 func init() {
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Doc:    "token-major; SGLang page_first",
+		Kind:   "part",
+		Name:   "PLHD",
+		Order:  "C T L H D",
+		Origin: "builtin.kvl:5:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Doc:    "layer-major; SGLang page_first_direct and layer_first",
+		Kind:   "part",
+		Name:   "LPHD",
+		Order:  "C L T H D",
+		Origin: "builtin.kvl:6:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Doc:    "head-major; SGLang page_head",
+		Kind:   "part",
+		Name:   "HPLD",
+		Order:  "C H T L D",
+		Origin: "builtin.kvl:7:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Kind:   "pool",
+		Name:   "page_first",
+		Order:  "C S T L H D",
+		Origin: "builtin.kvl:12:1",
+		Writes: "PLHD",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Kind:   "pool",
+		Name:   "page_first_direct",
+		Order:  "C S L T H D",
+		Origin: "builtin.kvl:13:1",
+		Writes: "LPHD",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Kind:   "pool",
+		Name:   "layer_first",
+		Order:  "C L S T H D",
+		Origin: "builtin.kvl:14:1",
+		Writes: "LPHD",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Kind:   "pool",
+		Name:   "page_head",
+		Order:  "C S H T L D",
+		Origin: "builtin.kvl:15:1",
+		Writes: "HPLD",
+	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_4_PLHD_to_PLHD,
 		Digest: "c3c6960c55345371",

@@ -17,8 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/layouts"
+	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/partsum"
 	"github.com/kvreshard/kvreshard/runtime/placement"
@@ -284,7 +285,7 @@ func testWriterKilledThenRetried(t *testing.T, url, prefix string) {
 	objs, err := st.Query(context.Background(), keys)
 	require.NoError(t, err)
 	lead, complete := -1, 0
-	pool, err := layouts.Get("page_head")
+	pool, err := kernel.LayoutNamed("page_head")
 	require.NoError(t, err)
 	b, err := plan.BindingFor(&mo.Descriptor, placement.Topology{TP: 1, PP: 1}, placement.Rank{}, pool, 1)
 	require.NoError(t, err)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 )
 
@@ -22,9 +22,9 @@ func randomKVL(r *rand.Rand, parts, pools int) string {
 	var b strings.Builder
 	seen := map[string]bool{}
 	for i := 0; i < parts+pools; {
-		kind := compiler.Part
+		kind := ir.Part
 		if i >= parts {
-			kind = compiler.Pool
+			kind = ir.Pool
 		}
 		order := kerneltest.RandomOrder(r, kind, map[string]int{"T": fs[r.IntN(len(fs))], "D": fs[r.IntN(len(fs))]})
 		if seen[order] {

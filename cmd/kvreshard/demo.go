@@ -9,8 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kvreshard/kvreshard/layouts"
+	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
@@ -82,7 +83,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 	// run writes the pages of w in part layout partName and reads them back
 	// as every rank of r into each pool layout, verifying every element.
 	run := func(w topo, partName string, r topo, pools []string) error {
-		pl, err := layouts.Get(partName)
+		pl, err := kernel.LayoutNamed(partName)
 		if err != nil {
 			return err
 		}
@@ -97,7 +98,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		for _, poolName := range pools {
-			pool, err := layouts.Get(poolName)
+			pool, err := kernel.LayoutNamed(poolName)
 			if err != nil {
 				return err
 			}

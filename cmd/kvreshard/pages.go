@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/kvreshard/kvreshard/compiler"
-	"github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/compiler/ir"
+	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -15,12 +16,12 @@ import (
 )
 
 // poolFor is the pool layout a writer of part layout l keeps its pages in
-// when it names none: SGLang's mapping (page_first -> PLHD, layer_first ->
-// LPHD, page_head -> HPLD), and for any other part layout its pages one
-// slot after another.
-func poolFor(l *compiler.Layout) *compiler.Layout {
-	name := map[string]string{"PLHD": "page_first", "LPHD": "layer_first", "HPLD": "page_head"}[l.Name]
-	if p, err := layouts.Get(name); err == nil {
+// when it names none: the first registered pool layout that writes l (for
+// the built-ins, SGLang's pairing: page_first writes PLHD,
+// page_first_direct LPHD, page_head HPLD), and for any other part layout
+// its pages one slot after another.
+func poolFor(l *ir.Layout) *ir.Layout {
+	if p := kernel.PoolWriting(l); p != nil {
 		return p
 	}
 	return l.SlotPool()
@@ -28,15 +29,15 @@ func poolFor(l *compiler.Layout) *compiler.Layout {
 
 // readerPool is the pool a reader of layout l reads pages into: l itself
 // when it is a pool layout; for a part layout (one page), a pool of its
-// pages one slot after another, which is a built-in pool where one has
+// pages one slot after another, which is a registered pool where one has
 // that order (PLHD: page_first), so that its compiled kernels serve it.
-func readerPool(l *compiler.Layout) *compiler.Layout {
-	if l.Kind != compiler.Part {
+func readerPool(l *ir.Layout) *ir.Layout {
+	if l.Kind != ir.Part {
 		return l
 	}
 	p := l.SlotPool()
-	for _, name := range layouts.Names() {
-		if b, err := layouts.Get(name); err == nil && b.Kind == compiler.Pool && b.Order() == p.Order() {
+	for _, b := range kernel.Layouts() {
+		if b.Identity() == p.Identity() {
 			return b
 		}
 	}
@@ -59,7 +60,7 @@ func checkPool(d *manifest.Descriptor, ts *topoSpec, r placement.Rank, pages int
 // writeRank writes the pages of keys as rank r of topology t, from a pool
 // laid out as pool and filled with each page's content, into parts of
 // manifest m. It returns the count of pages by status.
-func writeRank(ctx context.Context, st store.Store, m *manifest.Manifest, t placement.Topology, r placement.Rank, pool *compiler.Layout, keys []string) (map[reshard.Status]int, error) {
+func writeRank(ctx context.Context, st store.Store, m *manifest.Manifest, t placement.Topology, r placement.Rank, pool *ir.Layout, keys []string) (map[reshard.Status]int, error) {
 	d := &m.Descriptor
 	part, writes, err := t.Writer(d, r)
 	if err != nil {

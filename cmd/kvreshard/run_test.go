@@ -13,9 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/compiler"
-	"github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/compiler/ir"
+	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 )
@@ -129,9 +130,9 @@ func TestPlanJSON(t *testing.T) {
 	require.NoError(t, content.Verify(g, [][]byte{pool["k"], pool["v"]}, 2, seed))
 }
 
-func mustLayout(t *testing.T, name string) *compiler.Layout {
+func mustLayout(t *testing.T, name string) *ir.Layout {
 	t.Helper()
-	l, err := layouts.Get(name)
+	l, err := kernel.LayoutNamed(name)
 	require.NoError(t, err)
 	return l
 }

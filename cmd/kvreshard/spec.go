@@ -13,8 +13,10 @@ import (
 	"unicode"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/dsl"
-	"github.com/kvreshard/kvreshard/layouts"
+	_ "github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -261,8 +263,8 @@ type topoSpec struct {
 	topo   placement.Topology
 	rank   placement.Rank
 	ranked bool // rank= was given
-	layout *compiler.Layout
-	pool   *compiler.Layout // a writer's pool (pool=NAME, or poolFor(layout))
+	layout *ir.Layout
+	pool   *ir.Layout // a writer's pool (pool=NAME, or poolFor(layout))
 	slots  int
 	slot   int
 	placed bool // slots= or slot= was given
@@ -272,7 +274,7 @@ type topoSpec struct {
 // or a reader's tp=2,pp=2,rank=T/P[/C],layout=NAME[,pp-layers=..][,slots=N,slot=S],
 // either with [,cp=N][,cp-interleave=I] (context parallelism; 1 and 1 by
 // default).
-func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compiler.Layout, withRank bool) (*topoSpec, error) {
+func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*ir.Layout, withRank bool) (*topoSpec, error) {
 	keys := []string{"tp", "pp", "layout", "pp-layers", "cp", "cp-interleave"}
 	if withRank {
 		keys = append(keys, "rank", "slots", "slot")
@@ -319,22 +321,22 @@ func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compil
 		return nil, usagef("%s: layout is required (%s)", flag, strings.Join(layoutNames(custom), ", "))
 	}
 	if t.layout = custom[name]; t.layout == nil {
-		if t.layout, err = layouts.Get(name); err != nil {
+		if t.layout, err = kernel.LayoutNamed(name); err != nil {
 			return nil, usagef("%s: unknown layout %q; layouts are %s", flag, name, strings.Join(layoutNames(custom), ", "))
 		}
 	}
 	if !withRank {
-		if t.layout.Kind != compiler.Part {
+		if t.layout.Kind != ir.Part {
 			return nil, usagef("%s: layout %s is a pool layout; pages are stored in part layouts (name the writer's pool with pool=)", flag, name)
 		}
 		t.pool = poolFor(t.layout)
 		if pn, ok := kv["pool"]; ok {
 			if t.pool = custom[pn]; t.pool == nil {
-				if t.pool, err = layouts.Get(pn); err != nil {
+				if t.pool, err = kernel.LayoutNamed(pn); err != nil {
 					return nil, usagef("%s: unknown pool layout %q; layouts are %s", flag, pn, strings.Join(layoutNames(custom), ", "))
 				}
 			}
-			if t.pool.Kind != compiler.Pool {
+			if t.pool.Kind != ir.Pool {
 				return nil, usagef("%s: pool=%s is a part layout; the writer's pool needs a pool layout", flag, pn)
 			}
 		}
@@ -346,7 +348,7 @@ func parseTopo(flag, s string, d *manifest.Descriptor, custom map[string]*compil
 		return nil, err
 	}
 	t.placed = kv["slots"] != "" || kv["slot"] != ""
-	if t.layout.Kind == compiler.Part && t.placed {
+	if t.layout.Kind == ir.Part && t.placed {
 		return nil, usagef("%s: slots and slot are for pool layouts; %s is a part layout (one page)", flag, name)
 	}
 	if t.slot >= t.slots {
@@ -386,8 +388,8 @@ func rankName(t placement.Topology, r placement.Rank) string {
 	return fmt.Sprintf("%d/%d", r.TP, r.PP)
 }
 
-func layoutNames(custom map[string]*compiler.Layout) []string {
-	names := layouts.Names()
+func layoutNames(custom map[string]*ir.Layout) []string {
+	names := kernel.LayoutNames()
 	var extra []string
 	for n := range custom {
 		extra = append(extra, n)
@@ -426,8 +428,8 @@ func readKVL(name string) ([]byte, error) {
 
 // loadKVL reads custom layouts from .kvl files named by a comma-separated
 // list; their pairs with other layouts run on the interpreter.
-func loadKVL(list string) (map[string]*compiler.Layout, error) {
-	out := map[string]*compiler.Layout{}
+func loadKVL(list string) (map[string]*ir.Layout, error) {
+	out := map[string]*ir.Layout{}
 	if list == "" {
 		return out, nil
 	}
@@ -444,7 +446,7 @@ func loadKVL(list string) (map[string]*compiler.Layout, error) {
 		return nil, usagef("--kvl: %s", capErrors(err))
 	}
 	for _, l := range f.Layouts {
-		if _, err := layouts.Get(l.Name); err == nil {
+		if _, err := kernel.LayoutNamed(l.Name); err == nil {
 			return nil, usagef("--kvl: layout %s (%s) has the name of a built-in layout", l.Name, l.Pos)
 		}
 		out[l.Name] = l

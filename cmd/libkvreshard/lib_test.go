@@ -245,9 +245,14 @@ func TestPartLayout(t *testing.T) {
 	require.EqualError(t, err, "writer: page_head is a pool layout; pages are stored in part layouts (PLHD, LPHD, HPLD)")
 	_, err = partLayout("XYZ", p)
 	require.EqualError(t, err, `writer: unknown part layout "XYZ"; part layouts are PLHD, LPHD, HPLD`)
-	// The default pairing is a pool layout's; every pool layout has one.
-	for _, n := range poolLayouts() {
-		require.NotEmpty(t, defaultPart[n], n)
+	// The default part is the one a pool layout's declaration writes;
+	// every built-in pool layout has one.
+	for _, n := range []string{"page_first", "page_first_direct", "layer_first", "page_head"} {
+		p, err := poolLayout(n)
+		require.NoError(t, err)
+		l, err := partLayout("", p)
+		require.NoError(t, err, n)
+		require.Equal(t, p.Writes, l.Name)
 	}
 }
 

@@ -7,7 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/kvreshard/kvreshard/compiler/ir"
-	"github.com/kvreshard/kvreshard/layouts"
+	_ "github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -103,22 +104,11 @@ type poolArgs struct {
 // binding has one per component at most.
 const maxRegions = 8
 
-// layoutsOf lists the layouts of kind k linked in.
-func layoutsOf(k ir.Kind) []string {
-	var out []string
-	for _, n := range layouts.Names() {
-		if l, err := layouts.Get(n); err == nil && l.Kind == k {
-			out = append(out, n)
-		}
-	}
-	return out
-}
+// poolLayouts lists the pool layouts registered.
+func poolLayouts() []string { return kernel.LayoutsOf(ir.Pool) }
 
-// poolLayouts lists the pool layouts linked in.
-func poolLayouts() []string { return layoutsOf(ir.Pool) }
-
-// partLayouts lists the part layouts linked in.
-func partLayouts() []string { return layoutsOf(ir.Part) }
+// partLayouts lists the part layouts registered.
+func partLayouts() []string { return kernel.LayoutsOf(ir.Part) }
 
 // poolLayout returns the pool layout called name.
 func poolLayout(name string) (*ir.Layout, error) {
@@ -126,7 +116,7 @@ func poolLayout(name string) (*ir.Layout, error) {
 	if name == "" {
 		return nil, invalidf("pool: layout is required (%s)", names)
 	}
-	l, err := layouts.Get(name)
+	l, err := kernel.LayoutNamed(name)
 	if err != nil {
 		return nil, invalidf("pool: unknown layout %q; pool layouts are %s", name, names)
 	}
@@ -136,23 +126,18 @@ func poolLayout(name string) (*ir.Layout, error) {
 	return l, nil
 }
 
-// defaultPart is the part layout a writer of a pool layout stores its
-// pages in when it names none, the kvreshard command's pairing: SGLang's
-// page_first is PLHD token-major, layer_first and page_first_direct LPHD
-// layer-major, page_head HPLD head-major.
-var defaultPart = map[string]string{"page_first": "PLHD", "page_first_direct": "LPHD", "layer_first": "LPHD", "page_head": "HPLD"}
-
-// partLayout returns the part layout called name, or pool's default when
-// name is "".
+// partLayout returns the part layout called name, or the one pool writes
+// (its .kvl declaration's writes clause) when name is "".
 func partLayout(name string, pool *ir.Layout) (*ir.Layout, error) {
 	names := strings.Join(partLayouts(), ", ")
 	if name == "" {
-		name = defaultPart[pool.Name]
-		if name == "" {
-			return nil, invalidf("writer: pool layout %s has no default part layout; name one (%s)", pool.Name, names)
+		l, err := kernel.DefaultPart(pool)
+		if err != nil {
+			return nil, invalidf("writer: %v", err)
 		}
+		return l, nil
 	}
-	l, err := layouts.Get(name)
+	l, err := kernel.LayoutNamed(name)
 	if err != nil {
 		return nil, invalidf("writer: unknown part layout %q; part layouts are %s", name, names)
 	}

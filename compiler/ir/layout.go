@@ -117,7 +117,11 @@ type Layout struct {
 	Doc   string
 	Kind  Kind
 	Modes []Mode
-	Pos   string // file:line:col of the declaration, "" when not from a file
+	// Writes is, for a pool layout, the name of the part layout that a
+	// writer of such a pool stores its pages in when it names none; "" when
+	// the declaration says nothing.
+	Writes string
+	Pos    string // file:line:col of the declaration, "" when not from a file
 }
 
 // Order returns the canonical order text, for example "C L H D/8 T D%8".
@@ -140,7 +144,11 @@ func (l *Layout) String() string {
 	if l.Doc != "" {
 		doc = fmt.Sprintf(" %q", l.Doc)
 	}
-	return fmt.Sprintf("%s %s%s { order %s }", l.Kind, l.Name, doc, l.Order())
+	writes := ""
+	if l.Writes != "" {
+		writes = " writes " + l.Writes
+	}
+	return fmt.Sprintf("%s %s%s { order %s%s }", l.Kind, l.Name, doc, l.Order(), writes)
 }
 
 // COuter reports whether C is the outermost axis, so that each component is
@@ -176,10 +184,10 @@ func (l *Layout) SplitOf(a Axis) int {
 type File struct {
 	Name    string // the .kvl file name
 	Layouts []*Layout
-	Pairs   []*Pair // lowered following the part: range kernels
-	// Copies holds each pair of Pairs lowered following the destination,
+	Ranges  []*Nest // lowered following the part: range kernels
+	// Copies holds each nest of Ranges lowered following the destination,
 	// at the same index: copy kernels (see LowerIn).
-	Copies []*Pair
+	Copies []*Nest
 }
 
 // String prints the layouts and the lowered pairs; golden tests compare it.
@@ -188,7 +196,7 @@ func (f *File) String() string {
 	for _, l := range f.Layouts {
 		fmt.Fprintf(&b, "%s\n", l)
 	}
-	for _, p := range f.Pairs {
+	for _, p := range f.Ranges {
 		b.WriteString("\n")
 		b.WriteString(p.String())
 	}

@@ -294,6 +294,9 @@ var axisNames = []string{"C", "S", "T", "L", "H", "D"}
 // T and D may.
 func Splittable(axis string) bool { return axis == "T" || axis == "D" }
 
+// keywords are the words of the .kvl language that cannot name a layout.
+var keywords = map[string]bool{"part": true, "pool": true, "order": true, "writes": true}
+
 // CheckOrder returns every error of an order declaration by the rules of
 // the .kvl language, or nil: the kind and name, each mode's axis, split and
 // factor, every axis once (S in a pool only), and each split axis's two
@@ -309,8 +312,8 @@ func CheckOrder(d *OrderDecl) []*OrderErr {
 	if d.Kind != "part" && d.Kind != "pool" {
 		add(d.Pos, "unknown layout kind %q; kinds are part and pool", d.Kind)
 	}
-	if d.Name == "part" || d.Name == "pool" || d.Name == "order" {
-		add(d.Pos, "invalid layout name %q; part, pool and order are keywords", d.Name)
+	if keywords[d.Name] {
+		add(d.Pos, "invalid layout name %q; part, pool, order and writes are keywords", d.Name)
 	} else if !identRE.MatchString(d.Name) {
 		add(d.Pos, "invalid layout name %q; a name is a letter or _ followed by letters, digits and _", d.Name)
 	}

@@ -6,11 +6,46 @@ import "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Fail to compile against a kernel runtime that does not support this generated code.
 const (
-	_ = kernel.EnforceVersion(kernel.GenVersion - 4)
-	_ = kernel.EnforceVersion(4 - kernel.MinGenVersion)
+	_ = kernel.EnforceVersion(kernel.GenVersion - 5)
+	_ = kernel.EnforceVersion(5 - kernel.MinGenVersion)
 )
 
 func init() {
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Doc:    "vLLM flash, per layer",
+		Kind:   "part",
+		Name:   "vllm_flash",
+		Order:  "L C T H D",
+		Origin: "custom.kvl:7:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Doc:    "FlashInfer HND",
+		Kind:   "part",
+		Name:   "flashinfer_hnd",
+		Order:  "L C H T D",
+		Origin: "custom.kvl:10:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Doc:    "vLLM x-blocked key cache",
+		Kind:   "part",
+		Name:   "vllm_xblock",
+		Order:  "C L H D/8 T D%8",
+		Origin: "custom.kvl:14:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Doc:    "vLLM host pool, per layer",
+		Kind:   "pool",
+		Name:   "vllm_host",
+		Order:  "L C S T H D",
+		Origin: "custom.kvl:18:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Doc:    "vLLM x-blocked host pool, fp32",
+		Kind:   "pool",
+		Name:   "vllm_xblock4_host",
+		Order:  "S C L H D/4 T D%4",
+		Origin: "custom.kvl:23:1",
+	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_10_vllm_flash_to_vllm_flash,
 		Digest: "aeda111ba6a985d6",

@@ -8,13 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	_ "github.com/kvreshard/kvreshard/examples/customlayout"
 	"github.com/kvreshard/kvreshard/gen"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
 )
 
-func compileCustom(t *testing.T) *compiler.File {
+func compileCustom(t *testing.T) *ir.File {
 	t.Helper()
 	src, err := os.ReadFile("custom.kvl")
 	require.NoError(t, err)
@@ -50,7 +51,7 @@ func TestLayouts(t *testing.T) {
 	}, got)
 	// Every ordered pair with a part on one side: 3*3 part pairs, 3 reads
 	// into each pool and 3 writes out of each.
-	require.Len(t, f.Pairs, 21)
+	require.Len(t, f.Ranges, 21)
 }
 
 func TestGeneratedKernels(t *testing.T) {

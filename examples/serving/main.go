@@ -31,8 +31,9 @@ import (
 	"os"
 	"sync"
 
-	"github.com/kvreshard/kvreshard/layouts"
+	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -126,11 +127,11 @@ func pageKeys(tokens []int32) []string {
 func prefill(ctx context.Context, st store.Store) error {
 	d := &model.Descriptor
 	topo := placement.Topology{TP: 2, PP: 1}
-	part, err := layouts.Get("PLHD")
+	part, err := kernel.LayoutNamed("PLHD")
 	if err != nil {
 		return err
 	}
-	pool, err := layouts.Get("page_first")
+	pool, err := kernel.LayoutNamed("page_first")
 	if err != nil {
 		return err
 	}
@@ -188,7 +189,7 @@ func prefill(ctx context.Context, st store.Store) error {
 func decode(ctx context.Context, st store.Store, t plan.Transport) error {
 	d := &model.Descriptor
 	topo := placement.Topology{TP: 1, PP: 2}
-	pool, err := layouts.Get("layer_first")
+	pool, err := kernel.LayoutNamed("layer_first")
 	if err != nil {
 		return err
 	}

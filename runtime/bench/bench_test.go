@@ -10,7 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/layouts"
+	_ "github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
@@ -114,7 +115,7 @@ func TestCalibrateMemory(t *testing.T) {
 // an error of the kernels step, not a nil layout.
 func TestRangeKernelsUnknownLayout(t *testing.T) {
 	_, _, err := rangeKernels([]string{"PLHD"}, []string{"page_first", "nope"})
-	_, want := layouts.Get("nope")
+	_, want := kernel.LayoutNamed("nope")
 	require.Error(t, want)
 	require.EqualError(t, err, want.Error())
 	gen, interp, err := rangeKernels(rangeParts, rangePools)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/kvreshard/kvreshard/compiler"
-	"github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/compiler/ir"
+	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
@@ -27,8 +27,8 @@ type case70 struct {
 	src      placement.Topology
 	reshard  placement.Topology
 	identity placement.Topology
-	partL    *compiler.Layout
-	poolL    *compiler.Layout
+	partL    *ir.Layout
+	poolL    *ir.Layout
 	m        *manifest.Manifest
 	seed     uint64
 
@@ -47,10 +47,10 @@ func newCase70(sz sizes) (*case70, error) {
 		seed: content.Seed("bench-70b")}
 	c.d = &c.model.Descriptor
 	var err error
-	if c.partL, err = layouts.Get("PLHD"); err != nil {
+	if c.partL, err = kernel.LayoutNamed("PLHD"); err != nil {
 		return nil, err
 	}
-	if c.poolL, err = layouts.Get("page_first"); err != nil {
+	if c.poolL, err = kernel.LayoutNamed("page_first"); err != nil {
 		return nil, err
 	}
 	if c.m, err = plan.ManifestFor(c.model.Domain(), c.d, c.src, c.partL); err != nil {
@@ -168,11 +168,11 @@ var (
 func rangeKernels(parts, pools []string) (gen, interp []*kernel.Kernels, err error) {
 	for _, pn := range parts {
 		for _, qn := range pools {
-			src, err := layouts.Get(pn)
+			src, err := kernel.LayoutNamed(pn)
 			if err != nil {
 				return nil, nil, err
 			}
-			dst, err := layouts.Get(qn)
+			dst, err := kernel.LayoutNamed(qn)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -180,7 +180,7 @@ func rangeKernels(parts, pools []string) (gen, interp []*kernel.Kernels, err err
 			if g == nil {
 				return nil, nil, fmt.Errorf("no compiled kernels for %s -> %s", src.Identity(), dst.Identity())
 			}
-			ir, err := compiler.Lower(src, dst)
+			ir, err := ir.Lower(src, dst)
 			if err != nil {
 				return nil, nil, err
 			}

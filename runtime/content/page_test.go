@@ -8,7 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler/ir"
-	"github.com/kvreshard/kvreshard/layouts"
+	_ "github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -19,7 +20,7 @@ import (
 // component, layer, head, token, element order, when two do.
 func TestFillVerify(t *testing.T) {
 	d := &manifest.Descriptor{Layers: []int{0, 1, 2}, KVHeads: 2, HeadDims: []int{4, 2}, Dtype: "fp16", ItemSize: 2, PageSize: 2}
-	l, err := layouts.Get("page_first") // C S T L H D
+	l, err := kernel.LayoutNamed("page_first") // C S T L H D
 	require.NoError(t, err)
 	g, err := plan.NewGeometry(d, plan.Binding{Layout: l, Layers: []int{1, 2}, HeadStart: 1, Heads: 1, Slots: 3})
 	require.NoError(t, err)
@@ -65,8 +66,8 @@ func TestFillVerify(t *testing.T) {
 // context parallelism of its own.
 func TestPlaceAgreesWithModel(t *testing.T) {
 	d := &manifest.Descriptor{Layers: []int{3, 4, 5, 7}, KVHeads: 4, HeadDims: []int{8, 4}, Dtype: "bf16", ItemSize: 2, PageSize: 8}
-	for _, name := range layouts.Names() {
-		l, err := layouts.Get(name)
+	for _, name := range kernel.LayoutNames() {
+		l, err := kernel.LayoutNamed(name)
 		require.NoError(t, err)
 		for _, ts := range []manifest.TokenSet{{}, {CPSize: 2, CPRank: 1, Interleave: 1}, {CPSize: 2, CPRank: 0, Interleave: 2}, {CPSize: 4, CPRank: 3, Interleave: 2}} {
 			slots := 3

@@ -8,7 +8,7 @@ import (
 // the generated kernels and the fallback for layouts a binary did not
 // compile. It produces exactly the runs of the generated range kernel.
 type Interpreter struct {
-	IR *ir.Pair
+	IR *ir.Nest
 }
 
 // Kernels returns interpreter-backed kernels for the pair.
@@ -32,7 +32,7 @@ func (in Interpreter) Kernels() *Kernels {
 // one's level: the same bytes, in another order when a layout puts other
 // axes between its T digits.
 type walker struct {
-	ir    *ir.Pair
+	ir    *ir.Nest
 	p     *Problem
 	loops []ir.Loop
 	tok   int // with a token list: the level that walks it; -1 without
@@ -78,7 +78,7 @@ func tokenUnit(m ir.Mode) int {
 	return 1
 }
 
-func newWalker(pr *ir.Pair, p *Problem, emit func(Run)) *walker {
+func newWalker(pr *ir.Nest, p *Problem, emit func(Run)) *walker {
 	w := &walker{ir: pr, p: p, loops: pr.LiveLoops(), emit: emit, tok: -1}
 	tokens := p.Tokens != nil
 	if tokens {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
@@ -30,18 +31,18 @@ part tok6 { order L H T/6 C T%6 D }
 pool x6 { order S C L H D/6 T D%6 }
 `
 
-func compileFile(t *testing.T, name string, src []byte) *compiler.File {
+func compileFile(t *testing.T, name string, src []byte) *ir.File {
 	t.Helper()
 	f, err := compiler.Compile(name, src)
 	require.NoError(t, err)
 	return f
 }
 
-func allPairs(t *testing.T) []*compiler.Pair {
+func allPairs(t *testing.T) []*ir.Nest {
 	src, err := os.ReadFile("../../layouts/builtin.kvl")
 	require.NoError(t, err)
-	pairs := compileFile(t, "builtin.kvl", src).Pairs
-	pairs = append(pairs, compileFile(t, "custom.kvl", []byte(custom)).Pairs...)
+	pairs := compileFile(t, "builtin.kvl", src).Ranges
+	pairs = append(pairs, compileFile(t, "custom.kvl", []byte(custom)).Ranges...)
 	return pairs
 }
 

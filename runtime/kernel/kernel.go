@@ -1,6 +1,6 @@
 // Package kernel is what generated layout kernels plug into: the problem a
-// kernel solves, the runs it emits, the registry that init functions fill,
-// the version guard, and the generic interpreter that runs any layout pair
+// kernel solves, the runs it emits, the registries of kernels and of
+// layouts by name that init functions fill, the version guard, and the generic interpreter that runs any layout pair
 // straight from the compiler's IR.
 //
 // A kernel moves the elements that two buffers have in common: every
@@ -25,11 +25,12 @@ import (
 // so that a file generated for another runtime fails to compile. Version 2
 // moves rows with Mover and Fence; version 3 names kernels unambiguously
 // and joins layouts that split an axis by different factors; version 4
-// kernels take token lists (Problem.Tokens) and say so (Kernels.Tokens).
-// Files of versions 1 to 3 use nothing this runtime lacks; their kernels
-// take no token list.
+// kernels take token lists (Problem.Tokens) and say so (Kernels.Tokens);
+// version 5 files register their layouts by name (RegisterLayout). Files
+// of versions 1 to 4 use nothing this runtime lacks; those of versions 1
+// to 3 have kernels that take no token list.
 const (
-	GenVersion    = 4
+	GenVersion    = 5
 	MinGenVersion = 1
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 )
@@ -51,24 +51,24 @@ func TestAnyFactors(t *testing.T) {
 // nested and non-nesting splits on the same axis, so that both ways of
 // lowering are exercised.
 func TestMixedFactorsCovered(t *testing.T) {
-	nested := mustPair(t, compiler.Part, "C T/4 L H T%4 D", compiler.Pool, "C S T/2 H L T%2 D")
-	mixed := mustPair(t, compiler.Part, "C T/4 L H T%4 D", compiler.Part, "L H T/6 C T%6 D")
+	nested := mustPair(t, ir.Part, "C T/4 L H T%4 D", ir.Pool, "C S T/2 H L T%2 D")
+	mixed := mustPair(t, ir.Part, "C T/4 L H T%4 D", ir.Part, "L H T/6 C T%6 D")
 	require.False(t, hasMixed(nested))
 	require.True(t, hasMixed(mixed))
 }
 
-func mustPair(t *testing.T, sk compiler.Kind, so string, dk compiler.Kind, do string) *compiler.Pair {
+func mustPair(t *testing.T, sk ir.Kind, so string, dk ir.Kind, do string) *ir.Nest {
 	t.Helper()
-	src, err := compiler.ParseLayout(sk, "src", so)
+	src, err := ir.ParseLayout(sk, "src", so)
 	require.NoError(t, err)
-	dst, err := compiler.ParseLayout(dk, "dst", do)
+	dst, err := ir.ParseLayout(dk, "dst", do)
 	require.NoError(t, err)
-	p, err := compiler.Lower(src, dst)
+	p, err := ir.Lower(src, dst)
 	require.NoError(t, err)
 	return p
 }
 
-func hasMixed(p *compiler.Pair) bool {
+func hasMixed(p *ir.Nest) bool {
 	for _, lp := range p.Loops {
 		if lp.IsMixed() {
 			return true
@@ -81,19 +81,19 @@ func hasMixed(p *compiler.Pair) bool {
 // D by the given factors, when they split, and checks it on two cases.
 func checkRandomPair(t *testing.T, r *rand.Rand, i int, srcFactors, dstFactors map[string]int) {
 	t.Helper()
-	srcKind, dstKind := compiler.Part, compiler.Part
+	srcKind, dstKind := ir.Part, ir.Part
 	switch r.IntN(3) {
 	case 1:
-		dstKind = compiler.Pool
+		dstKind = ir.Pool
 	case 2:
-		srcKind = compiler.Pool
+		srcKind = ir.Pool
 	}
-	src, err := compiler.ParseLayout(srcKind, "src", kerneltest.RandomOrder(r, srcKind, srcFactors))
+	src, err := ir.ParseLayout(srcKind, "src", kerneltest.RandomOrder(r, srcKind, srcFactors))
 	require.NoError(t, err)
-	dst, err := compiler.ParseLayout(dstKind, "dst", kerneltest.RandomOrder(r, dstKind, dstFactors))
+	dst, err := ir.ParseLayout(dstKind, "dst", kerneltest.RandomOrder(r, dstKind, dstFactors))
 	require.NoError(t, err)
-	for _, iter := range []compiler.Side{compiler.Src, compiler.Dst} {
-		p, err := compiler.LowerIn(src, dst, iter)
+	for _, iter := range []ir.Side{ir.Src, ir.Dst} {
+		p, err := ir.LowerIn(src, dst, iter)
 		require.NoError(t, err, "%s -> %s", src, dst)
 		for range 2 {
 			c := kerneltest.RandomCase(r, src, dst)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -30,7 +30,7 @@ func TestAutoTies(t *testing.T) {
 	// bytes a part, 4 runs; staged, the whole part of 64 bytes.
 	half := stratCase{d: manifest.Descriptor{Layers: []int{0, 1}, KVHeads: 2, HeadDims: []int{4}, Dtype: "fp16", ItemSize: 2, PageSize: 2},
 		src: placement.Topology{TP: 1, PP: 1}, dst: placement.Topology{TP: 2, PP: 1},
-		srcL: stratLayout(t, compiler.Part, "HPLD", ""), dstL: stratLayout(t, compiler.Pool, "layer_first", ""), slots: 1}
+		srcL: stratLayout(t, ir.Part, "HPLD", ""), dstL: stratLayout(t, ir.Pool, "layer_first", ""), slots: 1}
 	for _, x := range []struct {
 		name                   string
 		c                      stratCase

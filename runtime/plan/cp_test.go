@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
@@ -50,7 +51,7 @@ func randomCP(r *rand.Rand, t *placement.Topology, page, split int) {
 // them): every plan verifies element by element against the independent
 // model, token sets included, and moves exactly the elements it maps.
 func TestRandomCPPlans(t *testing.T) {
-	var parts, all []*compiler.Layout
+	var parts, all []*ir.Layout
 	for _, n := range partNames {
 		parts = append(parts, builtin(t, n))
 	}
@@ -64,7 +65,7 @@ func TestRandomCPPlans(t *testing.T) {
 		layouts = append(layouts, l)
 	}
 	for _, l := range layouts {
-		if l.Kind == compiler.Part {
+		if l.Kind == ir.Part {
 			parts = append(parts, l)
 		} else {
 			all = append(all, l)
@@ -82,7 +83,7 @@ func TestRandomCPPlans(t *testing.T) {
 	lists, mla := 0, 0
 	for i := range n {
 		s := randomScenario(r, parts, all)
-		split := lcm(max(s.srcL.SplitOf(compiler.T), 1), max(s.dstL.SplitOf(compiler.T), 1))
+		split := lcm(max(s.srcL.SplitOf(ir.T), 1), max(s.dstL.SplitOf(ir.T), 1))
 		s.d.PageSize = split * []int{4, 8, 12, 16, 24}[r.IntN(5)]
 		randomCP(r, &s.src, s.d.PageSize, split)
 		randomCP(r, &s.dst, s.d.PageSize, split)
@@ -257,7 +258,7 @@ func TestCPBindingErrors(t *testing.T) {
 	}
 	f, err := compiler.Compile("cp.kvl", []byte(cpKVL))
 	require.NoError(t, err)
-	var t4 *compiler.Layout
+	var t4 *ir.Layout
 	for _, l := range f.Layouts {
 		if l.Name == "t4pool" {
 			t4 = l

@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 )
@@ -42,13 +42,13 @@ func randomTopology(r *rand.Rand, d *manifest.Descriptor) placement.Topology {
 
 // randomScenario draws a model, a writer topology and part layout, and a
 // reader rank with its binding layout, slot count and slot.
-func randomScenario(r *rand.Rand, parts, all []*compiler.Layout) scenario {
+func randomScenario(r *rand.Rand, parts, all []*ir.Layout) scenario {
 	var s scenario
 	s.srcL = parts[r.IntN(len(parts))]
 	s.dstL = all[r.IntN(len(all))]
 	dtype := []string{"fp32", "bf16", "fp8"}[r.IntN(3)]
-	dsplit := max(s.srcL.SplitOf(compiler.D), s.dstL.SplitOf(compiler.D), 1)
-	tsplit := max(s.srcL.SplitOf(compiler.T), s.dstL.SplitOf(compiler.T), 1)
+	dsplit := max(s.srcL.SplitOf(ir.D), s.dstL.SplitOf(ir.D), 1)
+	tsplit := max(s.srcL.SplitOf(ir.T), s.dstL.SplitOf(ir.T), 1)
 	page := tsplit * (1 + r.IntN(12/tsplit))
 	dims := []int{dsplit * (1 + r.IntN(16/dsplit))}
 	switch {
@@ -71,7 +71,7 @@ func randomScenario(r *rand.Rand, parts, all []*compiler.Layout) scenario {
 	s.dst = randomTopology(r, &s.d)
 	ranks := s.dst.Ranks()
 	s.rank = ranks[r.IntN(len(ranks))]
-	if s.dstL.Kind == compiler.Pool {
+	if s.dstL.Kind == ir.Pool {
 		s.slots = 1 + r.IntN(4)
 		s.slot = r.IntN(s.slots)
 	}
@@ -84,7 +84,7 @@ func randomScenario(r *rand.Rand, parts, all []*compiler.Layout) scenario {
 // as there are maximal runs contiguous on both sides, the fewest possible
 // and so never more than the reference planner's merge gives.
 func TestRandomPlans(t *testing.T) {
-	var parts, all []*compiler.Layout
+	var parts, all []*ir.Layout
 	for _, n := range partNames {
 		parts = append(parts, builtin(t, n))
 	}
@@ -92,7 +92,7 @@ func TestRandomPlans(t *testing.T) {
 		all = append(all, builtin(t, n))
 	}
 	for _, l := range custom(t) {
-		if l.Kind == compiler.Part {
+		if l.Kind == ir.Part {
 			parts = append(parts, l)
 		} else {
 			all = append(all, l)

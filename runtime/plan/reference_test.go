@@ -8,8 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/layouts"
+	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -84,7 +85,7 @@ func (c *refCase) setup(t *testing.T, opts plan.Options) (*manifest.Manifest, *p
 	for i := 0; i < c.Descriptor.NumLayers; i++ {
 		d.Layers = append(d.Layers, i)
 	}
-	src, err := layouts.Get(c.Source.Format)
+	src, err := kernel.LayoutNamed(c.Source.Format)
 	require.NoError(t, err)
 	model := manifest.Model{Namespace: "test", ModelID: c.ID, Descriptor: d}
 	m, err := plan.ManifestFor(model.Domain(), &d, placement.Topology{TP: c.Source.TP, PP: c.Source.PP, PPLayers: c.Source.LayerCounts}, src)
@@ -93,7 +94,7 @@ func (c *refCase) setup(t *testing.T, opts plan.Options) (*manifest.Manifest, *p
 	if c.Target.Binding.Kind == "sglang" {
 		name, slots, slot = c.Target.Binding.Layout, c.Target.Binding.PoolPages, c.Target.Binding.Slot
 	}
-	dst, err := layouts.Get(name)
+	dst, err := kernel.LayoutNamed(name)
 	require.NoError(t, err)
 	b, err := plan.BindingFor(&d, placement.Topology{TP: c.Target.TP, PP: c.Target.PP},
 		placement.Rank{TP: c.Target.Rank.TP, PP: c.Target.Rank.PP}, dst, slots)

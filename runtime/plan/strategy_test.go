@@ -8,9 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/compiler"
-	"github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/compiler/ir"
+	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -21,7 +22,7 @@ type stratCase struct {
 	d          manifest.Descriptor
 	src, dst   placement.Topology
 	rank       placement.Rank
-	srcL, dstL *compiler.Layout
+	srcL, dstL *ir.Layout
 	slots      int
 	slot       int
 }
@@ -34,14 +35,14 @@ func (c *stratCase) String() string {
 
 // stratLayout returns a built-in layout, or parses an order for the
 // interpreter.
-func stratLayout(t *testing.T, kind compiler.Kind, name, order string) *compiler.Layout {
+func stratLayout(t *testing.T, kind ir.Kind, name, order string) *ir.Layout {
 	t.Helper()
 	if order == "" {
-		l, err := layouts.Get(name)
+		l, err := kernel.LayoutNamed(name)
 		require.NoError(t, err)
 		return l
 	}
-	l, err := compiler.ParseLayout(kind, name, order)
+	l, err := ir.ParseLayout(kind, name, order)
 	require.NoError(t, err)
 	return l
 }
@@ -75,14 +76,14 @@ func stratTopology(r *rand.Rand, d *manifest.Descriptor) placement.Topology {
 // randomStratCase draws a model, a writer and a reader rank, with built-in
 // layouts (compiled kernels) and interpreted ones.
 func randomStratCase(t *testing.T, r *rand.Rand) stratCase {
-	parts := []*compiler.Layout{
-		stratLayout(t, compiler.Part, "PLHD", ""), stratLayout(t, compiler.Part, "LPHD", ""), stratLayout(t, compiler.Part, "HPLD", ""),
-		stratLayout(t, compiler.Part, "flash", "L C T H D"),
+	parts := []*ir.Layout{
+		stratLayout(t, ir.Part, "PLHD", ""), stratLayout(t, ir.Part, "LPHD", ""), stratLayout(t, ir.Part, "HPLD", ""),
+		stratLayout(t, ir.Part, "flash", "L C T H D"),
 	}
-	pools := []*compiler.Layout{
-		stratLayout(t, compiler.Pool, "page_first", ""), stratLayout(t, compiler.Pool, "page_first_direct", ""),
-		stratLayout(t, compiler.Pool, "layer_first", ""), stratLayout(t, compiler.Pool, "page_head", ""),
-		stratLayout(t, compiler.Pool, "hnd", "S L C H T D"),
+	pools := []*ir.Layout{
+		stratLayout(t, ir.Pool, "page_first", ""), stratLayout(t, ir.Pool, "page_first_direct", ""),
+		stratLayout(t, ir.Pool, "layer_first", ""), stratLayout(t, ir.Pool, "page_head", ""),
+		stratLayout(t, ir.Pool, "hnd", "S L C H T D"),
 	}
 	var c stratCase
 	c.srcL = parts[r.IntN(len(parts))]
@@ -106,7 +107,7 @@ func randomStratCase(t *testing.T, r *rand.Rand) stratCase {
 	ranks := c.dst.Ranks()
 	c.rank = ranks[r.IntN(len(ranks))]
 	c.slots = 1
-	if c.dstL.Kind == compiler.Pool {
+	if c.dstL.Kind == ir.Pool {
 		c.slots = 1 + r.IntN(3)
 		c.slot = r.IntN(c.slots)
 	}
@@ -255,7 +256,7 @@ func case70B(t *testing.T, slots int) stratCase {
 		d.Layers = append(d.Layers, i)
 	}
 	return stratCase{d: d, src: placement.Topology{TP: 8, PP: 1}, dst: placement.Topology{TP: 4, PP: 2},
-		srcL: stratLayout(t, compiler.Part, "PLHD", ""), dstL: stratLayout(t, compiler.Pool, "page_first", ""), slots: slots}
+		srcL: stratLayout(t, ir.Part, "PLHD", ""), dstL: stratLayout(t, ir.Pool, "page_first", ""), slots: slots}
 }
 
 // TestStrategies70B pins the op counts of every strategy on the 70B case:
@@ -347,7 +348,7 @@ func TestCostModelChoice(t *testing.T) {
 func smallCase(t *testing.T) stratCase {
 	return stratCase{d: manifest.Descriptor{Layers: []int{0, 1}, KVHeads: 2, HeadDims: []int{4, 4}, Dtype: "fp16", ItemSize: 2, PageSize: 2},
 		src: placement.Topology{TP: 2, PP: 1}, dst: placement.Topology{TP: 1, PP: 2},
-		srcL: stratLayout(t, compiler.Part, "PLHD", ""), dstL: stratLayout(t, compiler.Pool, "page_first", ""), slots: 2}
+		srcL: stratLayout(t, ir.Part, "PLHD", ""), dstL: stratLayout(t, ir.Pool, "page_first", ""), slots: 2}
 }
 
 // TestVerifyReads hands Verify scatter, staged and direct plans broken in

@@ -8,9 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/compiler"
-	"github.com/kvreshard/kvreshard/layouts"
+	"github.com/kvreshard/kvreshard/compiler/ir"
+	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
@@ -51,14 +52,14 @@ func forEachStore(t *testing.T, f func(t *testing.T, st store.Store)) {
 	})
 }
 
-func builtin(t testing.TB, name string) *compiler.Layout {
+func builtin(t testing.TB, name string) *ir.Layout {
 	t.Helper()
-	l, err := layouts.Get(name)
+	l, err := kernel.LayoutNamed(name)
 	require.NoError(t, err)
 	return l
 }
 
-func manifestOf(t testing.TB, mo manifest.Model, topo placement.Topology, l *compiler.Layout) *manifest.Manifest {
+func manifestOf(t testing.TB, mo manifest.Model, topo placement.Topology, l *ir.Layout) *manifest.Manifest {
 	t.Helper()
 	m, err := plan.ManifestFor(mo.Domain(), &mo.Descriptor, topo, l)
 	require.NoError(t, err)

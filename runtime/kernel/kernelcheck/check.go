@@ -22,7 +22,7 @@ import (
 // of each what CheckCase does.
 func CheckGenerated(t *testing.T, f *ir.File, cases int) {
 	r := rand.New(rand.NewPCG(7, 11))
-	for _, p := range f.Pairs {
+	for _, p := range f.Ranges {
 		t.Run(p.Src.Name+"->"+p.Dst.Name, func(t *testing.T) {
 			k := kernel.Lookup(kernel.Pair{Src: p.Src.Identity(), Dst: p.Dst.Identity()})
 			require.NotNil(t, k, "no generated kernels registered for %s", p.Key())
@@ -61,7 +61,7 @@ func CheckGenerated(t *testing.T, f *ir.File, cases int) {
 // the interpreter and k both walk at the outermost T loop: their runs are
 // still the same, but may be more than the fewest where a layout puts
 // other axes between its T digits (the planner sorts and merges them).
-func CheckCase(t *testing.T, r *rand.Rand, p *ir.Pair, k *kernel.Kernels, c *kerneltest.Case) {
+func CheckCase(t *testing.T, r *rand.Rand, p *ir.Nest, k *kernel.Kernels, c *kerneltest.Case) {
 	t.Helper()
 	if !p.Src.COuter() || !p.Dst.COuter() {
 		for i := range c.Dims {

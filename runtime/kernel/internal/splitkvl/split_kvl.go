@@ -6,11 +6,47 @@ import "github.com/kvreshard/kvreshard/runtime/kernel"
 
 // Fail to compile against a kernel runtime that does not support this generated code.
 const (
-	_ = kernel.EnforceVersion(kernel.GenVersion - 4)
-	_ = kernel.EnforceVersion(4 - kernel.MinGenVersion)
+	_ = kernel.EnforceVersion(kernel.GenVersion - 5)
+	_ = kernel.EnforceVersion(5 - kernel.MinGenVersion)
 )
 
 func init() {
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Kind:   "part",
+		Name:   "whole",
+		Order:  "C T L H D",
+		Origin: "split.kvl:5:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Kind:   "part",
+		Name:   "tok4",
+		Order:  "C T/4 L H T%4 D",
+		Origin: "split.kvl:6:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Kind:   "part",
+		Name:   "tok6",
+		Order:  "L H T/6 C T%6 D",
+		Origin: "split.kvl:7:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Kind:   "part",
+		Name:   "tdx",
+		Order:  "T/2 C D/4 L T%2 H D%4",
+		Origin: "split.kvl:8:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Kind:   "pool",
+		Name:   "kv_tok",
+		Order:  "C S T/2 H L T%2 D",
+		Origin: "split.kvl:9:1",
+	})
+	kernel.MustRegisterLayout(kernel.LayoutDecl{
+		Kind:   "pool",
+		Name:   "x6",
+		Order:  "S C L H D/6 T D%6",
+		Origin: "split.kvl:10:1",
+	})
 	kernel.MustRegister(&kernel.Kernels{
 		Copy:   copy_5_whole_to_whole,
 		Digest: "c3c6960c55345371",

@@ -8,12 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler"
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/gen"
 	_ "github.com/kvreshard/kvreshard/runtime/kernel/internal/splitkvl"
 	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
 )
 
-func compileSplit(t *testing.T) *compiler.File {
+func compileSplit(t *testing.T) *ir.File {
 	t.Helper()
 	src, err := os.ReadFile("split.kvl")
 	require.NoError(t, err)
@@ -36,6 +37,6 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 // and from each pool, on random cases, half of them with token lists.
 func TestGeneratedKernels(t *testing.T) {
 	f := compileSplit(t)
-	require.Len(t, f.Pairs, 4*4+4*2*2)
+	require.Len(t, f.Ranges, 4*4+4*2*2)
 	kernelcheck.CheckGenerated(t, f, 20)
 }

@@ -112,9 +112,9 @@ func (m *Mixed) String() string {
 // time.
 func (lp *Loop) IsMixed() bool { return lp.Mixed[0] != nil || lp.Mixed[1] != nil }
 
-// Pair is the lowered plan for moving the common elements of a source
-// layout to a destination layout.
-type Pair struct {
+// Nest is the loop nest of a pair of layouts: the lowered plan for moving
+// the common elements of a source layout to a destination layout.
+type Nest struct {
 	Src, Dst *Layout
 	Iter     Side   // whose order the loops follow (see Lower and LowerIn)
 	Loops    []Loop // outermost first; statically folded loops are last
@@ -127,11 +127,11 @@ type Pair struct {
 }
 
 // Key is the runtime identity of the pair.
-func (p *Pair) Key() string { return p.Src.Identity() + " -> " + p.Dst.Identity() }
+func (p *Nest) Key() string { return p.Src.Identity() + " -> " + p.Dst.Identity() }
 
 // Digest identifies the lowered pair; generated kernels carry it so that a
 // conflicting registration can be told from a repeated one.
-func (p *Pair) Digest() string {
+func (p *Nest) Digest() string {
 	body := p.String()
 	body = body[strings.IndexByte(body, '\n')+1:] // without the names
 	h := sha256.Sum256([]byte(p.Key() + "\n" + body))
@@ -140,7 +140,7 @@ func (p *Pair) Digest() string {
 
 // LiveLoops returns the loops that generate code: all but the statically
 // folded ones.
-func (p *Pair) LiveLoops() []Loop {
+func (p *Nest) LiveLoops() []Loop {
 	n := len(p.Loops)
 	for n > 0 && p.Loops[n-1].Fold.Kind == Static {
 		n--
@@ -148,7 +148,7 @@ func (p *Pair) LiveLoops() []Loop {
 	return p.Loops[:n]
 }
 
-func (p *Pair) String() string {
+func (p *Nest) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pair %s -> %s: %s, loops follow the %s\n", p.Src.Name, p.Dst.Name, p.Key(), p.Iter)
 	for s := Src; s <= Dst; s++ {
@@ -178,7 +178,7 @@ func strideString(lp Loop, s Side) string {
 	return lp.Stride[s].String()
 }
 
-func (p *Pair) side(s Side) *Layout {
+func (p *Nest) side(s Side) *Layout {
 	if s == Dst {
 		return p.Dst
 	}
@@ -337,7 +337,7 @@ func product(ms []Mode, s Side) Expr {
 // of a range kernel come in the part's order, so that a read's runs of one
 // part are in source order and a write's fill its part front to back. At
 // least one side must be a part.
-func Lower(src, dst *Layout) (*Pair, error) {
+func Lower(src, dst *Layout) (*Nest, error) {
 	iter := Src
 	if src.Kind == Pool {
 		iter = Dst
@@ -350,11 +350,11 @@ func Lower(src, dst *Layout) (*Pair, error) {
 // writes then go front to back, so a copy into a pool that spills the
 // caches streams, where following a part scattered its rows (the rows of
 // PLHD into page_head land 512 KiB apart) at half the speed.
-func LowerIn(src, dst *Layout, iter Side) (*Pair, error) {
+func LowerIn(src, dst *Layout, iter Side) (*Nest, error) {
 	if src.Kind == Pool && dst.Kind == Pool {
 		return nil, fmt.Errorf("no kernel from pool %s to pool %s: one side of a transfer is a store part", src.Name, dst.Name)
 	}
-	p := &Pair{Src: src, Dst: dst, Iter: iter}
+	p := &Nest{Src: src, Dst: dst, Iter: iter}
 	modes := [2][]Mode{refine(src, dst), refine(dst, src)}
 	for s := Src; s <= Dst; s++ {
 		ms := modes[s]
@@ -391,7 +391,7 @@ func LowerIn(src, dst *Layout, iter Side) (*Pair, error) {
 // mixed returns how side s, whose refined modes are ms, places loop mode m
 // of the other side, a digit it does not have: the two split m's axis by
 // factors that do not nest (see refine and Mixed).
-func (p *Pair) mixed(m Mode, s Side, ms []Mode) *Mixed {
+func (p *Nest) mixed(m Mode, s Side, ms []Mode) *Mixed {
 	a, b := p.side(p.Iter).SplitOf(m.Axis), p.side(s).SplitOf(m.Axis)
 	if m.Split == Outer {
 		return &Mixed{Carry: true}
@@ -406,7 +406,7 @@ func (p *Pair) mixed(m Mode, s Side, ms []Mode) *Mixed {
 // fold marks, from the innermost loop outwards, the loops that join the run
 // inside them: a loop folds when, on both sides, its stride equals the bytes
 // of the run, that is when the modes inside it are exactly the run's.
-func (p *Pair) fold() {
+func (p *Nest) fold() {
 	var run []Mode
 	var needLayers, needHeads bool
 	p.Run = Of(SymItem)
