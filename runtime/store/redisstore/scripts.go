@@ -17,7 +17,7 @@ import (
 // that a state reply is bounded (at most store.MaxParts sizes, and this).
 const maxManifestKey = 4096
 
-// inspectLua defines inspect(meta, prefix, all), which reads and checks a
+// inspectLua defines inspect(meta, prefix), which reads and checks a
 // page's state: the meta hash and, when every part is counted, each part's
 // mark and key. It returns nil when there is no state (no hash, or a hash
 // without manifest, parts and done). Otherwise a table s:
@@ -27,8 +27,11 @@ const maxManifestKey = 4096
 //   - s.err, when the state cannot be read: what is wrong, as lines
 //     ("what", then values) that unreadableState (Go) formats;
 //   - else s.manifest, s.parts, s.done, and when done == parts s.sizes
-//     of the parts, and s.lost, the parts whose keys are gone (the first
-//     only, unless all is true).
+//     of the parts, or s.lost, the first part whose key is gone (expired
+//     or evicted since the page was complete).
+//
+// It also defines drop(meta, prefix, n), which deletes a page's meta hash
+// and its n part keys.
 //
 // Every number is checked before it is used: a hash of more than
 // MAXPARTS+4 fields is not fetched, and a part count out of [1, MAXPARTS]
@@ -59,7 +62,7 @@ local function count(v, max)
   return nil
 end
 
-local function inspect(meta, prefix, all)
+local function inspect(meta, prefix)
   local have = redis.pcall('HLEN', meta)
   if type(have) ~= 'number' then
     return {t = -1, err = 'type\n' .. redis.call('TYPE', meta).ok}
@@ -85,7 +88,7 @@ local function inspect(meta, prefix, all)
   if have ~= want then return bad(s, 'fields', have, want, done) end
   s.manifest, s.parts, s.done = manifest, n, done
   if done < n then return s end
-  s.sizes, s.lost = {}, {}
+  s.sizes = {}
   for i = 0, n - 1 do
     local c = h['w:' .. i]
     if not c then return bad(s, 'mark', i) end
@@ -94,12 +97,23 @@ local function inspect(meta, prefix, all)
     local l = redis.pcall('STRLEN', k)
     if type(l) ~= 'number' then return bad(s, 'part-type', i, redis.call('TYPE', k).ok) end
     if l == 0 and redis.call('EXISTS', k) == 0 then
-      s.lost[#s.lost + 1] = i
-      if not all then return s end
+      s.lost = i
+      return s
     end
     s.sizes[i + 1] = l
   end
   return s
+end
+
+-- drop deletes the meta hash and the n part keys of a page, in DELs of at
+-- most 256 keys.
+local function drop(meta, prefix, n)
+  for first = 0, n - 1, 256 do
+    local k = {}
+    for i = first, math.min(first + 255, n - 1) do k[#k + 1] = prefix .. i end
+    redis.call('DEL', unpack(k))
+  end
+  redis.call('DEL', meta)
 end
 `
 
@@ -123,8 +137,8 @@ end
 // server's time of the last part write, ms) and w:<i> = 1, a mark of each
 // written part. The first writer creates it; every part write,
 // retries included, sets t. A complete object one of whose parts has
-// expired or was evicted is not complete any more: its lost parts are
-// unmarked, and writers of its own layout may write them again.
+// expired or was evicted is deleted, as stateScript deletes it (see
+// there), and the write claims it as new, in any layout.
 //
 // An incomplete object whose t is further than the lease from now (t
 // cannot be read, or lies in the past or the future by more) is taken
@@ -143,7 +157,7 @@ local ttl, prefix, lease = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 if redis.replicate_commands then redis.replicate_commands() end
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local s = inspect(meta, prefix, true)
+local s = inspect(meta, prefix)
 local new = not s
 if s and s.err then
   local seen = redis.pcall('GET', stamp)
@@ -156,25 +170,17 @@ if s and s.err then
   new = true
 elseif s then
   if s.done == s.parts then
-    if #s.lost == 0 then return 1 end
-    for _, i in ipairs(s.lost) do redis.call('HDEL', meta, 'w:' .. i) end
-    s.done = s.done - #s.lost
-    redis.call('HSET', meta, 'done', s.done)
-  end
-  if s.manifest ~= manifest or s.parts ~= parts then
+    if not s.lost then return 1 end
+    new = true
+  elseif s.manifest ~= manifest or s.parts ~= parts then
     if math.abs(now - s.t) <= lease then return 2 end
     new = true
   end
 end
 local t = string.format('%d', now)
 if new then
-  local n = s and s.parts or 0
-  for first = 0, n - 1, 256 do
-    local k = {}
-    for i = first, math.min(first + 255, n - 1) do k[#k + 1] = prefix .. i end
-    redis.call('DEL', unpack(k))
-  end
-  redis.call('DEL', meta, stamp)
+  drop(meta, prefix, s and s.parts or 0)
+  redis.call('DEL', stamp)
   redis.call('HSET', meta, 'manifest', manifest, 'parts', parts, 'done', 1, 'w:' .. part, '1', 't', t)
 else
   redis.call('HSET', meta, 't', t)
@@ -209,11 +215,28 @@ const (
 // spaces, a newline, and the manifest key. When the state cannot be read,
 // "!" followed by inspect's s.err. A string, not an array, so that
 // ReadRanges can take it from a stream of replies (see stream.go).
+//
+// A page that was complete and has lost a part since (it expired, or the
+// server evicted it) is deleted, meta hash and every part key, and
+// reported missing. It cannot be read until the lost part is written
+// again, and until then its other keys would hold memory: with no TTL
+// for ever under noeviction or volatile-*, and under allkeys-lru or
+// allkeys-lfu they would not be the first to go either, since every check
+// of the page touches its meta hash and the parts before the lost one.
+// What it costs: writers write the whole page again, not only the lost
+// part; but every rank of the layout sends its part of a page that is
+// not complete anyway (reshard.Writer), so only the server's SET of the
+// parts that had survived is done again. The state check therefore
+// writes, and runs on the master, as EVALSHA does.
 const stateScript = inspectLua + `
-local s = inspect(KEYS[1], ARGV[1], false)
+local s = inspect(KEYS[1], ARGV[1])
 if not s then return false end
 if s.err then return '!' .. s.err end
-if s.done < s.parts or #s.lost > 0 then return false end
+if s.done < s.parts then return false end
+if s.lost then
+  drop(KEYS[1], ARGV[1], s.parts)
+  return false
+end
 return table.concat(s.sizes, ' ') .. '\n' .. s.manifest
 `
 
@@ -266,9 +289,10 @@ type call struct {
 	args []string
 	cmd  rueidis.Completed
 	// retry marks a call that is safe to send again after a connection
-	// failed, whether or not the server ran it: a script that only
-	// reads, writeScript (see WriteParts) or putMetaScript (storing the
-	// same bytes twice is storing them once). The client then sends it
+	// failed, whether or not the server ran it: stateScript (it writes
+	// only to delete a page that lost a part, and deleting it twice is
+	// deleting it once), writeScript (see WriteParts) or putMetaScript
+	// (storing the same bytes twice is storing them once). The client then sends it
 	// again, twice at most, 20 ms apart.
 	retry bool
 }
