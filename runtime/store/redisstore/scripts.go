@@ -138,7 +138,11 @@ end
 // written part. The first writer creates it; every part write,
 // retries included, sets t. A complete object one of whose parts has
 // expired or was evicted is deleted, as stateScript deletes it (see
-// there), and the write claims it as new, in any layout.
+// there), and the write claims it as new, in any layout. The write that
+// completes an object checks that the parts written before are still
+// there: one that was lost meanwhile is unmarked, so that the object
+// completes only when its writer writes it again (it is never complete
+// without it).
 //
 // An incomplete object whose t is further than the lease from now (t
 // cannot be read, or lies in the past or the future by more) is taken
@@ -178,23 +182,38 @@ elseif s then
   end
 end
 local t = string.format('%d', now)
+local function setPart()
+  if ttl > 0 then
+    redis.call('SET', pkey, ARGV[4], 'PX', ARGV[5])
+  else
+    redis.call('SET', pkey, ARGV[4])
+  end
+end
 if new then
   drop(meta, prefix, s and s.parts or 0)
   redis.call('DEL', stamp)
   redis.call('HSET', meta, 'manifest', manifest, 'parts', parts, 'done', 1, 'w:' .. part, '1', 't', t)
+  setPart()
 else
   redis.call('HSET', meta, 't', t)
   local marked = redis.call('HEXISTS', meta, 'w:' .. part) == 1
   if marked and redis.call('EXISTS', pkey) == 1 then return 0 end
-  redis.call('HSET', meta, 'w:' .. part, '1')
-  if not marked then redis.call('HINCRBY', meta, 'done', 1) end
+  local done = s.done
+  if not marked then
+    redis.call('HSET', meta, 'w:' .. part, '1')
+    done = redis.call('HINCRBY', meta, 'done', 1)
+  end
+  if done == s.parts then
+    for i = 0, s.parts - 1 do
+      if i ~= part and redis.call('EXISTS', prefix .. i) == 0 then
+        redis.call('HDEL', meta, 'w:' .. i)
+        done = redis.call('HINCRBY', meta, 'done', -1)
+      end
+    end
+  end
+  setPart()
 end
-if ttl > 0 then
-  redis.call('SET', pkey, ARGV[4], 'PX', ARGV[5])
-  redis.call('PEXPIRE', meta, ARGV[5])
-else
-  redis.call('SET', pkey, ARGV[4])
-end
+if ttl > 0 then redis.call('PEXPIRE', meta, ARGV[5]) end
 return 0
 `
 
