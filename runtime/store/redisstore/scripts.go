@@ -30,8 +30,8 @@ const maxManifestKey = 4096
 //     of the parts, or s.lost, the first part whose key is gone (expired
 //     or evicted since the page was complete).
 //
-// It also defines drop(meta, prefix, n), which deletes a page's meta hash
-// and its n part keys.
+// It also defines drop(meta, prefix, n, keep), which deletes a page's meta
+// hash and its n part keys but part keep (nil: all of them).
 //
 // Every number is checked before it is used: a hash of more than
 // MAXPARTS+4 fields is not fetched, and a part count out of [1, MAXPARTS]
@@ -105,13 +105,15 @@ local function inspect(meta, prefix)
   return s
 end
 
--- drop deletes the meta hash and the n part keys of a page, in DELs of at
--- most 256 keys.
-local function drop(meta, prefix, n)
+-- drop deletes the meta hash and the n part keys of a page but part keep
+-- (nil: all), in DELs of at most 256 keys.
+local function drop(meta, prefix, n, keep)
   for first = 0, n - 1, 256 do
     local k = {}
-    for i = first, math.min(first + 255, n - 1) do k[#k + 1] = prefix .. i end
-    redis.call('DEL', unpack(k))
+    for i = first, math.min(first + 255, n - 1) do
+      if i ~= keep then k[#k + 1] = prefix .. i end
+    end
+    if #k > 0 then redis.call('DEL', unpack(k)) end
   end
   redis.call('DEL', meta)
 end
@@ -144,6 +146,13 @@ end
 // completes only when its writer writes it again (it is never complete
 // without it).
 //
+// On a server over maxmemory (noeviction, or nothing left to evict), the
+// write is refused with the server's OOM error and nothing is written:
+// Redis refuses a command that may use more memory only when it is the
+// first write of a script (after one it lets the script finish, to keep
+// it atomic), so the first write is always such a command: the part's
+// SET on a new claim, before anything is deleted, and HSET of t otherwise.
+//
 // An incomplete object whose t is further than the lease from now (t
 // cannot be read, or lies in the past or the future by more) is taken
 // over by a writer of another layout: its meta and part keys are deleted
@@ -167,7 +176,8 @@ if s and s.err then
   local seen = redis.pcall('GET', stamp)
   seen = type(seen) == 'string' and tonumber(seen)
   if not seen then
-    redis.call('SET', stamp, string.format('%d', now), 'PX', string.format('%d', 2 * lease))
+    -- A full server refuses it: the lease then starts at a later write.
+    redis.pcall('SET', stamp, string.format('%d', now), 'PX', string.format('%d', 2 * lease))
     seen = now
   end
   if math.abs(now - seen) <= lease then return '!' .. s.err end
@@ -190,10 +200,10 @@ local function setPart()
   end
 end
 if new then
-  drop(meta, prefix, s and s.parts or 0)
+  setPart()
+  drop(meta, prefix, s and s.parts or 0, part)
   redis.call('DEL', stamp)
   redis.call('HSET', meta, 'manifest', manifest, 'parts', parts, 'done', 1, 'w:' .. part, '1', 't', t)
-  setPart()
 else
   redis.call('HSET', meta, 't', t)
   local marked = redis.call('HEXISTS', meta, 'w:' .. part) == 1
@@ -272,11 +282,18 @@ return redis.call('GET', KEYS[1])
 // putMetaScript stores a metadata object unless it exists; it returns 0
 // when the object holds ARGV[1] (now or already), 1 when it holds other
 // bytes. The comparison is done on the server, so that a large stored
-// value is never sent.
+// value is never sent. It reads before it writes: a server over maxmemory
+// refuses a SET, even a SET NX of a key that exists, so that storing a
+// manifest that is there (reshard.Writer does on every batch) would fail
+// on a full server.
 const putMetaScript = `
-if redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then return 0 end
-return 1
+local v = redis.call('GET', KEYS[1])
+if v then
+  if v == ARGV[1] then return 0 end
+  return 1
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 0
 `
 
 // script is a Lua script run with EVALSHA, falling back to EVAL when the
