@@ -122,3 +122,31 @@ func TestReadEvictedRedis(t *testing.T) {
 	require.Empty(t, stderr)
 	require.Regexp(t, `^read 100 of 100 pages: 6553600 bytes in \d+ ops, \S+ \([\d.]+ GB/s\)\nverified every element of 100 pages\n$`, stdout)
 }
+
+// On a full Redis under noeviction, write exits 1 with the server's OOM
+// error for the first part it refused; the ranks after it do not write,
+// so every page is a miss (6.25 MiB of pages do not fit in 2 MiB: the
+// last rank is never reached).
+func TestWriteFullRedis(t *testing.T) {
+	srv := redistest.StartServer(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+	url := srv.URL()
+	ms, err := parseModel(evictModel)
+	require.NoError(t, err)
+	keys := content.PageKeys("kvreshard", ms.model.Domain(), 100)
+	code, stdout, stderr := runArgs("write", "--store", url, "--model", evictModel, "--src", "tp=2,pp=2,layout=PLHD", "--pages", "100")
+	require.Equal(t, 1, code, stdout)
+	m := regexp.MustCompile(`^kvreshard write: rank (\d/\d): write (\S+): redis store ` + regexp.QuoteMeta(srv.Addr()) +
+		`: write (\S+) part (\d): OOM command not allowed when used memory > 'maxmemory'\. script: [0-9a-f]{40}, on @user_script:\d+\.\n$`).FindStringSubmatch(stderr)
+	require.NotNil(t, m, stderr)
+	require.Equal(t, m[2], m[3])
+	require.Contains(t, keys, m[2])
+	require.NotEqual(t, "1/1", m[1], "the last rank")
+	require.NotContains(t, stdout, "rank "+m[1]+":")
+
+	code, stdout, stderr = runArgs("read", "--store", url, "--model", evictModel, "--dst", "tp=1,rank=0/0,layout=page_first", "--pages", "100", "--json")
+	require.Equal(t, 0, code, stderr)
+	var res readJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
+	require.Equal(t, 0, res.Hit)
+	require.Equal(t, "page missing or incomplete: "+keys[0], res.Stop)
+}

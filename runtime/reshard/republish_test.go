@@ -168,7 +168,8 @@ func requireStatus(t testing.TB, results [][]reshard.PageResult, want reshard.St
 }
 
 // TestWriterRepublishes: a manifest deleted from the store under live
-// writers makes its pages misses (not rejections), and the next Write of
+// writers makes its pages misses (not rejections) for readers that do not
+// hold it already, and the next Write of
 // the layout stores it again, one PutMeta a Write call, whether it writes
 // new pages or finds its pages complete; then every page of the layout,
 // old and new, reads byte-exact, with the reader that missed too.
@@ -180,8 +181,12 @@ func TestWriterRepublishes(t *testing.T) {
 		keys := content.PageKeys("republish-"+b.name, small.Domain(), 6)
 		ws := newRankWriters(t, ms, m, tp2pp2, "page_first", keys)
 		requireStatus(t, writeBatch(t, ws, keys, 0, 3), reshard.Written)
+		warm, wregions := newReader(t, ms, small, tp2pp2, placement.Rank{PP: 1}, "layer_first", 6, reshard.ReaderOptions{})
+		readAll(t, warm, keys[:3], iota(3), wregions)
 
 		deleteManifest(t, b, ms, m)
+		// A reader that holds the manifest (its cache) still reads.
+		readAll(t, warm, keys[:3], []int{5, 4, 3}, wregions)
 		rd, regions := newReader(t, ms, small, tp1pp3, placement.Rank{PP: 1}, "page_first", 6, reshard.ReaderOptions{})
 		before := clone(regions)
 		res, err := rd.Read(ctx, keys[:3], iota(3), regions)
