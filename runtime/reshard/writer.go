@@ -7,10 +7,10 @@
 // straight from its pool (fragments, no gather copy), followed by its
 // checksums (package partsum), bound to the page key, manifest key and part
 // number; before it reports a page stored it stores the manifest again, in
-// case the store lost it (evicted). A Reader finds the leading run of complete pages (querying in
-// batches), validates their manifests, plans each layout once (templates)
-// and reads exactly the bytes its rank needs straight into its pool,
-// reporting only the pages it read in full. With ReaderOptions.CheckParts
+// case the store lost it (evicted). A Reader finds the leading run of
+// complete pages (querying in batches), validates their manifests, plans
+// each layout once (templates) and reads exactly the bytes its rank needs
+// straight into its pool, reporting only the pages it read in full. With ReaderOptions.CheckParts
 // it checks every byte it copies into the pool against its part's
 // checksums first.
 package reshard
@@ -132,9 +132,9 @@ func Publish(ctx context.Context, st store.Store, m *manifest.Manifest) error {
 // the manifest is there, and when it was lost, every page of the layout,
 // old and new, reads again. That costs one PutMeta a call that has such
 // pages (none for a batch that is all Refused, Failed, Replica or
-// Complete under other manifests): a round trip on Redis (SET NX, and a
-// compare on the server when the key exists), an lstat and a read of the
-// manifest's file on the file store, a map look-up in memory. PutMeta
+// Complete under other manifests): a round trip on Redis (a GET and a
+// compare on the server, a SET only when it is missing), an lstat and a
+// read of the manifest's file on the file store, a map look-up in memory. PutMeta
 // compares with the stored bytes itself, so Write does not read them back
 // as Publish does. When it fails, those pages are Failed with its error
 // (publish manifest <key>: ...): their parts are stored, but no reader may

@@ -248,11 +248,12 @@ const (
 // A page that was complete and has lost a part since (it expired, or the
 // server evicted it) is deleted, meta hash and every part key, and
 // reported missing. It cannot be read until the lost part is written
-// again, and until then its other keys would hold memory: with no TTL
-// for ever under noeviction or volatile-*, and under allkeys-lru or
-// allkeys-lfu they would not be the first to go either, since every check
-// of the page touches its meta hash and the parts before the lost one.
-// What it costs: writers write the whole page again, not only the lost
+// again, and until then its other keys would hold memory: until they
+// expire (with a ttl), or under allkeys-lru and allkeys-lfu until the
+// server evicts them too, which it puts off, since every check of the
+// page touches its meta hash and the parts before the lost one; for ever
+// when the part was deleted by hand and nothing else expires. What it
+// costs: writers write the whole page again, not only the lost
 // part; but every rank of the layout sends its part of a page that is
 // not complete anyway (reshard.Writer), so only the server's SET of the
 // parts that had survived is done again. The state check therefore
@@ -328,8 +329,8 @@ type call struct {
 	// failed, whether or not the server ran it: stateScript (it writes
 	// only to delete a page that lost a part, and deleting it twice is
 	// deleting it once), writeScript (see WriteParts) or putMetaScript
-	// (storing the same bytes twice is storing them once). The client then sends it
-	// again, twice at most, 20 ms apart.
+	// (storing the same bytes twice is storing them once). The client
+	// then sends it again, twice at most, 20 ms apart.
 	retry bool
 }
 
