@@ -2,14 +2,15 @@
 // them back into any other rank's pool, whatever the writer's and the
 // reader's TP, PP and memory layouts.
 //
-// A Writer publishes its topology's manifest once, then for each batch of
+// A Writer publishes its topology's manifest, then for each batch of
 // pages skips the complete ones and writes its own part of the others
 // straight from its pool (fragments, no gather copy), followed by its
 // checksums (package partsum), bound to the page key, manifest key and part
-// number. A Reader finds the leading run of complete pages (querying in
-// batches), validates their manifests, plans each layout once (templates)
-// and reads exactly the bytes its rank needs straight into its pool,
-// reporting only the pages it read in full. With ReaderOptions.CheckParts
+// number; before it reports a page stored it stores the manifest again, in
+// case the store lost it (evicted). A Reader finds the leading run of
+// complete pages (querying in batches), validates their manifests, plans
+// each layout once (templates) and reads exactly the bytes its rank needs
+// straight into its pool, reporting only the pages it read in full. With ReaderOptions.CheckParts
 // it checks every byte it copies into the pool against its part's
 // checksums first.
 package reshard
@@ -53,6 +54,7 @@ type PageResult struct {
 type Writer struct {
 	st     store.Store
 	man    *manifest.Manifest
+	enc    []byte // man.Encode(), which Write stores again
 	plan   *plan.WritePlan
 	writes bool
 
@@ -86,7 +88,7 @@ func NewWriter(st store.Store, m *manifest.Manifest, part int, writes bool, b pl
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{st: st, man: m, plan: wp, writes: writes}, nil
+	return &Writer{st: st, man: m, enc: m.Encode(), plan: wp, writes: writes}, nil
 }
 
 // Geometry returns the writer's pool geometry.
@@ -119,6 +121,24 @@ func Publish(ctx context.Context, st store.Store, m *manifest.Manifest) error {
 // Each part is written with its checksums (partsum.Trailer), computed over
 // the fragments in the pool, after its bytes. The error is for the batch as a whole
 // (bad arguments, or the query failed); page failures are in the results.
+//
+// A store may lose the manifest after Publish (Redis evicts it under an
+// allkeys-* maxmemory policy; an operator deletes it), and then no new
+// reader can read a page of the layout: it is a miss. So before Write
+// reports a page Written, or Complete where the store may hold it under
+// this writer's manifest (the query says so, or a part write found the
+// page completed since the query, by a layout it does not name), it stores
+// the manifest again with one PutMeta, after the part writes: a no-op when
+// the manifest is there, and when it was lost, every page of the layout,
+// old and new, reads again. That costs one PutMeta a call that has such
+// pages (none for a batch that is all Refused, Failed, Replica or
+// Complete under other manifests): a round trip on Redis (a GET and a
+// compare on the server, a SET only when it is missing), an lstat and a
+// read of the manifest's file on the file store, a map look-up in memory. PutMeta
+// compares with the stored bytes itself, so Write does not read them back
+// as Publish does. When it fails, those pages are Failed with its error
+// (publish manifest <key>: ...): their parts are stored, but no reader may
+// be able to use them.
 func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions [][]byte) ([]PageResult, error) {
 	if len(slots) != len(keys) {
 		return nil, fmt.Errorf("%d keys but %d slots", len(keys), len(slots))
@@ -155,9 +175,13 @@ func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions 
 	}()
 	var ws []store.PartWrite
 	var idx []int
+	// ours marks the pages whose status depends on the manifest being
+	// stored: Written, or Complete perhaps under this writer's manifest.
+	ours := make([]bool, len(keys))
 	for i, o := range objs {
 		if o.Complete {
 			res[i].Status = Complete
+			ours[i] = o.Manifest == w.man.Key()
 			continue
 		}
 		data := w.plan.Data(regions, slots[i], nil)
@@ -171,22 +195,51 @@ func (w *Writer) Write(ctx context.Context, keys []string, slots []int, regions 
 		})
 		idx = append(idx, i)
 	}
-	if len(ws) == 0 {
-		return res, nil
+	if len(ws) > 0 {
+		for j, err := range w.st.WriteParts(ctx, ws) {
+			i := idx[j]
+			r := &res[i]
+			switch {
+			case err == nil:
+				r.Status, ours[i] = Written, true
+			case errors.Is(err, store.ErrComplete):
+				// Completed since the query, perhaps by a writer of
+				// this layout: its manifest is not known.
+				r.Status, ours[i] = Complete, true
+			case errors.Is(err, store.ErrLayoutConflict):
+				r.Status, r.Err = Refused, err
+			default:
+				r.Status, r.Err = Failed, err
+			}
+		}
 	}
-	for j, err := range w.st.WriteParts(ctx, ws) {
-		r := &res[idx[j]]
-		switch {
-		case err == nil:
-			r.Status = Written
+	w.republish(ctx, res, ours)
+	for _, r := range res {
+		if r.Status == Written {
 			w.bytes.Add(int64(w.man.PartBytes(w.plan.Part)))
-		case errors.Is(err, store.ErrComplete):
-			r.Status = Complete
-		case errors.Is(err, store.ErrLayoutConflict):
-			r.Status, r.Err = Refused, err
-		default:
-			r.Status, r.Err = Failed, err
 		}
 	}
 	return res, nil
+}
+
+// republish stores the manifest again when any page marked in ours is to be
+// reported, and fails those pages when it cannot (see Write).
+func (w *Writer) republish(ctx context.Context, res []PageResult, ours []bool) {
+	need := false
+	for i := range res {
+		need = need || ours[i]
+	}
+	if !need {
+		return
+	}
+	err := w.st.PutMeta(ctx, w.man.Key(), w.enc)
+	if err == nil {
+		return
+	}
+	err = fmt.Errorf("publish manifest %s: %w", w.man.Key(), err)
+	for i := range res {
+		if ours[i] {
+			res[i].Status, res[i].Err = Failed, err
+		}
+	}
 }

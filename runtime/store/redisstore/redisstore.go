@@ -36,8 +36,20 @@
 //
 // A page is complete when its state says every part is written and every
 // part key exists, so a page that lost a part (TTL, eviction) is a miss,
-// never partial data. Writers of its own layout may write the lost parts
-// again.
+// never partial data. The first query, read or write that meets a page
+// that was complete and has lost a part deletes its meta hash and every
+// part key, so that the parts left do not hold memory (see stateScript);
+// writers of any layout then write it as a new page. A part lost before
+// its page is complete is kept with it: the part's writer writes it again
+// when it retries.
+//
+// A manifest may be evicted too (under an allkeys-* maxmemory policy):
+// its pages are then misses for readers that do not hold it already,
+// until a writer of the layout stores it again (reshard.Writer does
+// before it reports a page written). A page may also lose its meta hash
+// and keep parts: nothing then tells how many there are, and they are
+// left to expire (with a ttl), to the server to evict (no state check
+// touches them again) or to the next claim of the page to overwrite.
 //
 // # Takeover
 //

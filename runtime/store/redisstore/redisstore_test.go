@@ -174,8 +174,8 @@ func testDB(t *testing.T, srv *redistest.Server) {
 }
 
 // testTTL checks that page keys expire, that a page whose part expired is a
-// miss, that writers of its layout can repair it and others cannot, and
-// that manifests never expire.
+// miss whose other keys the query deletes, that any layout may then write
+// it, and that manifests never expire.
 func testTTL(t *testing.T, srv *redistest.Server) {
 	s := open(t, srv.URL()+"?ttl=10m")
 	defer s.Close()
@@ -201,18 +201,18 @@ func testTTL(t *testing.T, srv *redistest.Server) {
 	}
 	require.Equal(t, int64(-1), do("PTTL", "meta:kv/d/manifests/a"))
 
-	// Part 1 expires.
+	// Part 1 expires: the query deletes the rest of the page.
 	require.Equal(t, int64(1), do("PEXPIRE", "{ttl_page}:3:p:1", "1"))
 	time.Sleep(20 * time.Millisecond)
+	require.Equal(t, []string{"{ttl_page}:3:meta", "{ttl_page}:3:p:0"}, keysOf(t, single(srv, 0), "ttl_page"))
 	require.Equal(t, store.Object{}, query(t, s, key))
+	require.Empty(t, keysOf(t, single(srv, 0), "ttl_page"))
 	_, err := read(t, s, key, 0, 9)
 	require.EqualError(t, err, "read ttl_page part 0 [0,9): not found")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
-	// Another layout is refused, its own layout repairs it.
-	require.Equal(t, store.ErrLayoutConflict, write(t, s, key, "kv/d/manifests/b", 0, []byte("b")))
-	require.Equal(t, store.Object{}, query(t, s, key))
-	require.NoError(t, write(t, s, key, "kv/d/manifests/a", 0, p0, p1)) // a retry: kept
+	// Its layout writes it whole again.
+	require.NoError(t, write(t, s, key, "kv/d/manifests/a", 0, p0, p1))
 	require.Equal(t, store.Object{}, query(t, s, key))
 	require.NoError(t, write(t, s, key, "kv/d/manifests/a", 1, p0, p1))
 	require.Equal(t, want, query(t, s, key))
@@ -234,19 +234,41 @@ func testTTL(t *testing.T, srv *redistest.Server) {
 }
 
 // testEvicted checks that a part deleted by the server (eviction) while the
-// page is incomplete is written again by a retry.
+// page is incomplete is written again by a retry; and that when the page
+// has been counted complete meanwhile, the query that meets it deletes it,
+// and its parts are written again.
 func testEvicted(t *testing.T, srv *redistest.Server) {
 	s := open(t, srv.URL())
 	defer s.Close()
 	key := "evicted_page"
 	p0, p1 := []byte("zero"), []byte("one")
+	evict := func(k string) {
+		t.Helper()
+		v, err := srv.Do("DEL", k)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), v)
+	}
 	require.NoError(t, write(t, s, key, "m", 0, p0, p1))
-	v, err := srv.Do("DEL", "{evicted_page}:3:p:0")
-	require.NoError(t, err)
-	require.Equal(t, int64(1), v)
+	evict("{evicted_page}:3:p:0")
+	require.NoError(t, write(t, s, key, "m", 0, p0, p1)) // a retry
 	require.NoError(t, write(t, s, key, "m", 1, p0, p1))
-	require.Equal(t, store.Object{}, query(t, s, key))
+	require.Equal(t, complete("m", p0, p1), query(t, s, key))
+
+	// Counted complete, then evicted in part: the write that meets it
+	// deletes it and claims it as new.
+	evict("{evicted_page}:3:p:1")
 	require.NoError(t, write(t, s, key, "m", 0, p0, p1))
+	require.Equal(t, []string{"{evicted_page}:3:meta", "{evicted_page}:3:p:0"}, keysOf(t, single(srv, 0), key))
+	require.Equal(t, store.Object{}, query(t, s, key))
+	require.NoError(t, write(t, s, key, "m", 1, p0, p1))
+	require.Equal(t, complete("m", p0, p1), query(t, s, key))
+
+	// The query that meets it deletes it.
+	evict("{evicted_page}:3:p:1")
+	require.Equal(t, store.Object{}, query(t, s, key))
+	require.Empty(t, keysOf(t, single(srv, 0), key))
+	require.NoError(t, write(t, s, key, "m", 0, p0, p1))
+	require.NoError(t, write(t, s, key, "m", 1, p0, p1))
 	require.Equal(t, complete("m", p0, p1), query(t, s, key))
 	got, err := read(t, s, key, 0, 4)
 	require.NoError(t, err)

@@ -17,7 +17,7 @@ import (
 // that a state reply is bounded (at most store.MaxParts sizes, and this).
 const maxManifestKey = 4096
 
-// inspectLua defines inspect(meta, prefix, all), which reads and checks a
+// inspectLua defines inspect(meta, prefix), which reads and checks a
 // page's state: the meta hash and, when every part is counted, each part's
 // mark and key. It returns nil when there is no state (no hash, or a hash
 // without manifest, parts and done). Otherwise a table s:
@@ -27,8 +27,11 @@ const maxManifestKey = 4096
 //   - s.err, when the state cannot be read: what is wrong, as lines
 //     ("what", then values) that unreadableState (Go) formats;
 //   - else s.manifest, s.parts, s.done, and when done == parts s.sizes
-//     of the parts, and s.lost, the parts whose keys are gone (the first
-//     only, unless all is true).
+//     of the parts, or s.lost, the first part whose key is gone (expired
+//     or evicted since the page was complete).
+//
+// It also defines drop(meta, prefix, n, keep), which deletes a page's meta
+// hash and its n part keys but part keep (nil: all of them).
 //
 // Every number is checked before it is used: a hash of more than
 // MAXPARTS+4 fields is not fetched, and a part count out of [1, MAXPARTS]
@@ -59,7 +62,7 @@ local function count(v, max)
   return nil
 end
 
-local function inspect(meta, prefix, all)
+local function inspect(meta, prefix)
   local have = redis.pcall('HLEN', meta)
   if type(have) ~= 'number' then
     return {t = -1, err = 'type\n' .. redis.call('TYPE', meta).ok}
@@ -85,7 +88,7 @@ local function inspect(meta, prefix, all)
   if have ~= want then return bad(s, 'fields', have, want, done) end
   s.manifest, s.parts, s.done = manifest, n, done
   if done < n then return s end
-  s.sizes, s.lost = {}, {}
+  s.sizes = {}
   for i = 0, n - 1 do
     local c = h['w:' .. i]
     if not c then return bad(s, 'mark', i) end
@@ -94,12 +97,25 @@ local function inspect(meta, prefix, all)
     local l = redis.pcall('STRLEN', k)
     if type(l) ~= 'number' then return bad(s, 'part-type', i, redis.call('TYPE', k).ok) end
     if l == 0 and redis.call('EXISTS', k) == 0 then
-      s.lost[#s.lost + 1] = i
-      if not all then return s end
+      s.lost = i
+      return s
     end
     s.sizes[i + 1] = l
   end
   return s
+end
+
+-- drop deletes the meta hash and the n part keys of a page but part keep
+-- (nil: all), in DELs of at most 256 keys.
+local function drop(meta, prefix, n, keep)
+  for first = 0, n - 1, 256 do
+    local k = {}
+    for i = first, math.min(first + 255, n - 1) do
+      if i ~= keep then k[#k + 1] = prefix .. i end
+    end
+    if #k > 0 then redis.call('DEL', unpack(k)) end
+  end
+  redis.call('DEL', meta)
 end
 `
 
@@ -123,8 +139,19 @@ end
 // server's time of the last part write, ms) and w:<i> = 1, a mark of each
 // written part. The first writer creates it; every part write,
 // retries included, sets t. A complete object one of whose parts has
-// expired or was evicted is not complete any more: its lost parts are
-// unmarked, and writers of its own layout may write them again.
+// expired or was evicted is deleted, as stateScript deletes it (see
+// there), and the write claims it as new, in any layout. The write that
+// completes an object checks that the parts written before are still
+// there: one that was lost meanwhile is unmarked, so that the object
+// completes only when its writer writes it again (it is never complete
+// without it).
+//
+// On a server over maxmemory (noeviction, or nothing left to evict), the
+// write is refused with the server's OOM error and nothing is written:
+// Redis refuses a command that may use more memory only when it is the
+// first write of a script (after one it lets the script finish, to keep
+// it atomic), so the first write is always such a command: the part's
+// SET on a new claim, before anything is deleted, and HSET of t otherwise.
 //
 // An incomplete object whose t is further than the lease from now (t
 // cannot be read, or lies in the past or the future by more) is taken
@@ -143,52 +170,60 @@ local ttl, prefix, lease = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 if redis.replicate_commands then redis.replicate_commands() end
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local s = inspect(meta, prefix, true)
+local s = inspect(meta, prefix)
 local new = not s
 if s and s.err then
   local seen = redis.pcall('GET', stamp)
   seen = type(seen) == 'string' and tonumber(seen)
   if not seen then
-    redis.call('SET', stamp, string.format('%d', now), 'PX', string.format('%d', 2 * lease))
+    -- A full server refuses it: the lease then starts at a later write.
+    redis.pcall('SET', stamp, string.format('%d', now), 'PX', string.format('%d', 2 * lease))
     seen = now
   end
   if math.abs(now - seen) <= lease then return '!' .. s.err end
   new = true
 elseif s then
   if s.done == s.parts then
-    if #s.lost == 0 then return 1 end
-    for _, i in ipairs(s.lost) do redis.call('HDEL', meta, 'w:' .. i) end
-    s.done = s.done - #s.lost
-    redis.call('HSET', meta, 'done', s.done)
-  end
-  if s.manifest ~= manifest or s.parts ~= parts then
+    if not s.lost then return 1 end
+    new = true
+  elseif s.manifest ~= manifest or s.parts ~= parts then
     if math.abs(now - s.t) <= lease then return 2 end
     new = true
   end
 end
 local t = string.format('%d', now)
-if new then
-  local n = s and s.parts or 0
-  for first = 0, n - 1, 256 do
-    local k = {}
-    for i = first, math.min(first + 255, n - 1) do k[#k + 1] = prefix .. i end
-    redis.call('DEL', unpack(k))
+local function setPart()
+  if ttl > 0 then
+    redis.call('SET', pkey, ARGV[4], 'PX', ARGV[5])
+  else
+    redis.call('SET', pkey, ARGV[4])
   end
-  redis.call('DEL', meta, stamp)
+end
+if new then
+  setPart()
+  drop(meta, prefix, s and s.parts or 0, part)
+  redis.call('DEL', stamp)
   redis.call('HSET', meta, 'manifest', manifest, 'parts', parts, 'done', 1, 'w:' .. part, '1', 't', t)
 else
   redis.call('HSET', meta, 't', t)
   local marked = redis.call('HEXISTS', meta, 'w:' .. part) == 1
   if marked and redis.call('EXISTS', pkey) == 1 then return 0 end
-  redis.call('HSET', meta, 'w:' .. part, '1')
-  if not marked then redis.call('HINCRBY', meta, 'done', 1) end
+  local done = s.done
+  if not marked then
+    redis.call('HSET', meta, 'w:' .. part, '1')
+    done = redis.call('HINCRBY', meta, 'done', 1)
+  end
+  if done == s.parts then
+    for i = 0, s.parts - 1 do
+      if i ~= part and redis.call('EXISTS', prefix .. i) == 0 then
+        redis.call('HDEL', meta, 'w:' .. i)
+        done = redis.call('HINCRBY', meta, 'done', -1)
+      end
+    end
+  end
+  setPart()
 end
-if ttl > 0 then
-  redis.call('SET', pkey, ARGV[4], 'PX', ARGV[5])
-  redis.call('PEXPIRE', meta, ARGV[5])
-else
-  redis.call('SET', pkey, ARGV[4])
-end
+if ttl > 0 then redis.call('PEXPIRE', meta, ARGV[5]) end
 return 0
 `
 
@@ -209,11 +244,29 @@ const (
 // spaces, a newline, and the manifest key. When the state cannot be read,
 // "!" followed by inspect's s.err. A string, not an array, so that
 // ReadRanges can take it from a stream of replies (see stream.go).
+//
+// A page that was complete and has lost a part since (it expired, or the
+// server evicted it) is deleted, meta hash and every part key, and
+// reported missing. It cannot be read until the lost part is written
+// again, and until then its other keys would hold memory: until they
+// expire (with a ttl), or under allkeys-lru and allkeys-lfu until the
+// server evicts them too, which it puts off, since every check of the
+// page touches its meta hash and the parts before the lost one; for ever
+// when the part was deleted by hand and nothing else expires. What it
+// costs: writers write the whole page again, not only the lost
+// part; but every rank of the layout sends its part of a page that is
+// not complete anyway (reshard.Writer), so only the server's SET of the
+// parts that had survived is done again. The state check therefore
+// writes, and runs on the master, as EVALSHA does.
 const stateScript = inspectLua + `
-local s = inspect(KEYS[1], ARGV[1], false)
+local s = inspect(KEYS[1], ARGV[1])
 if not s then return false end
 if s.err then return '!' .. s.err end
-if s.done < s.parts or #s.lost > 0 then return false end
+if s.done < s.parts then return false end
+if s.lost then
+  drop(KEYS[1], ARGV[1], s.parts)
+  return false
+end
 return table.concat(s.sizes, ' ') .. '\n' .. s.manifest
 `
 
@@ -230,11 +283,18 @@ return redis.call('GET', KEYS[1])
 // putMetaScript stores a metadata object unless it exists; it returns 0
 // when the object holds ARGV[1] (now or already), 1 when it holds other
 // bytes. The comparison is done on the server, so that a large stored
-// value is never sent.
+// value is never sent. It reads before it writes: a server over maxmemory
+// refuses a SET, even a SET NX of a key that exists, so that storing a
+// manifest that is there (reshard.Writer does on every batch) would fail
+// on a full server.
 const putMetaScript = `
-if redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then return 0 end
-return 1
+local v = redis.call('GET', KEYS[1])
+if v then
+  if v == ARGV[1] then return 0 end
+  return 1
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 0
 `
 
 // script is a Lua script run with EVALSHA, falling back to EVAL when the
@@ -266,10 +326,11 @@ type call struct {
 	args []string
 	cmd  rueidis.Completed
 	// retry marks a call that is safe to send again after a connection
-	// failed, whether or not the server ran it: a script that only
-	// reads, writeScript (see WriteParts) or putMetaScript (storing the
-	// same bytes twice is storing them once). The client then sends it
-	// again, twice at most, 20 ms apart.
+	// failed, whether or not the server ran it: stateScript (it writes
+	// only to delete a page that lost a part, and deleting it twice is
+	// deleting it once), writeScript (see WriteParts) or putMetaScript
+	// (storing the same bytes twice is storing them once). The client
+	// then sends it again, twice at most, 20 ms apart.
 	retry bool
 }
 
