@@ -51,6 +51,7 @@ fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzOrder$$' ./dsl
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzDecode$$' ./runtime/manifest
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzSpecs$$' ./cmd/kvreshard
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzBuild$$' ./internal/spec
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParseURL$$' ./runtime/store/redisstore
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzDecodeState$$' ./runtime/store/redisstore
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParseClaim$$' ./runtime/store/filestore

@@ -312,7 +312,7 @@ func TestTooLarge(t *testing.T) {
 		"--src", "tp=1,layout=PLHD", "--dst", "tp=1,rank=0/0,layout=page_first")
 	require.Equal(t, 2, code)
 	require.Empty(t, stdout)
-	require.Equal(t, "kvreshard plan: --model: layers=300000000 is more than 4096\n", stderr)
+	require.Equal(t, "kvreshard plan: --model: layers=300000000 is not from 1 to 4096\n", stderr)
 
 	code, stdout, stderr = runArgs("plan", "--model", "layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16",
 		"--src", "tp=1,layout=PLHD", "--dst", "tp=1,rank=0/0,layout=page_first,slots=9223372036854775807,slot=1")

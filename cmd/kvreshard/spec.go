@@ -15,6 +15,7 @@ import (
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/dsl"
+	"github.com/kvreshard/kvreshard/internal/spec"
 	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
@@ -124,10 +125,6 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// maxLayers bounds --model's layers, which are listed one by one: far
-// past the deepest models' (about 130).
-const maxLayers = 1 << 12
-
 // checkPages returns a usage error when pages pages of pageBytes bytes
 // each, the least a command holds in memory at once, do not fit in the
 // memory this machine has available (where it is known), rather than let
@@ -188,74 +185,44 @@ func parseModel(s string) (*modelSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	var d manifest.Descriptor
-	layers, err := intValue(f, kv, "layers", -1, 1)
-	if err != nil {
-		return nil, err
-	}
-	if layers > maxLayers {
-		return nil, usagef("%s: layers=%d is more than %d", f, layers, maxLayers)
-	}
-	for i := 0; i < layers; i++ {
-		d.Layers = append(d.Layers, i)
-	}
-	if d.KVHeads, err = intValue(f, kv, "kv-heads", -1, 1); err != nil {
-		return nil, err
-	}
-	k, err := intValue(f, kv, "head-dim", -1, 1)
-	if err != nil {
-		return nil, err
+	m := spec.Model{Name: "model", Revision: "0", Namespace: "kvreshard"}
+	for _, c := range []struct {
+		key      string
+		dst      *int
+		def, min int
+	}{
+		{"layers", &m.Layers, -1, 1}, {"kv-heads", &m.KVHeads, -1, 1}, {"head-dim", &m.HeadDim, -1, 1},
+		{"v-head-dim", &m.VHeadDim, 0, 1}, {"page", &m.Page, -1, 1}, {"draft-layers", &m.DraftLayers, 0, 0},
+	} {
+		if _, given := kv[c.key]; !given && c.def >= 0 {
+			continue // 0: v-head-dim is head-dim, no draft layers
+		}
+		if *c.dst, err = intValue(f, kv, c.key, c.def, c.min); err != nil {
+			return nil, err
+		}
 	}
 	mla, err := intValue(f, kv, "mla", 0, 0)
 	if err != nil || mla > 1 {
 		return nil, usagef("%s: mla=%s is not 0 or 1", f, kv["mla"])
 	}
-	d.HeadDims = []int{k}
-	if mla == 1 {
-		if _, ok := kv["v-head-dim"]; ok {
-			return nil, usagef("%s: an mla model has one latent component; drop v-head-dim", f)
+	m.MLA = mla == 1
+	m.Dtype = kv["dtype"]
+	for key, dst := range map[string]*string{"name": &m.Name, "revision": &m.Revision, "namespace": &m.Namespace, "fingerprint": &m.Fingerprint} {
+		if v, ok := kv[key]; ok {
+			*dst = v
 		}
-	} else {
-		v, err := intValue(f, kv, "v-head-dim", k, 1)
-		if err != nil {
-			return nil, err
-		}
-		d.HeadDims = append(d.HeadDims, v)
 	}
-	d.Dtype = kv["dtype"]
-	if d.Dtype == "" {
-		return nil, usagef("%s: dtype is required (fp32, bf16, fp16 or fp8)", f)
-	}
-	if d.ItemSize, err = manifest.ItemSizeOf(d.Dtype); err != nil {
+	mm, err := m.Build()
+	var fe *spec.FieldError
+	switch {
+	case errors.As(err, &fe) && fe.Value == "":
+		return nil, usagef("%s: %s %s", f, strings.ReplaceAll(fe.Field, "_", "-"), fe.Reason)
+	case errors.As(err, &fe):
+		return nil, usagef("%s: %s=%s %s", f, strings.ReplaceAll(fe.Field, "_", "-"), fe.Value, fe.Reason)
+	case err != nil:
 		return nil, usagef("%s: %v", f, err)
 	}
-	if d.PageSize, err = intValue(f, kv, "page", -1, 1); err != nil {
-		return nil, err
-	}
-	if d.DraftLayers, err = intValue(f, kv, "draft-layers", 0, 0); err != nil {
-		return nil, err
-	}
-	if d.DraftLayers > layers {
-		return nil, usagef("%s: draft-layers=%d is more than layers=%d", f, d.DraftLayers, layers)
-	}
-	if err := d.Validate(); err != nil {
-		return nil, usagef("%s: %v", f, err)
-	}
-	m := manifest.Model{Namespace: "kvreshard", ModelID: "model", Revision: "0", Descriptor: d}
-	if v, ok := kv["name"]; ok {
-		m.ModelID = v
-	}
-	if v, ok := kv["revision"]; ok {
-		m.Revision = v
-	}
-	if v, ok := kv["namespace"]; ok {
-		m.Namespace = v
-	}
-	m.Fingerprint = kv["fingerprint"]
-	if err := m.Validate(); err != nil {
-		return nil, usagef("%s: %v", f, err)
-	}
-	return &modelSpec{model: m}, nil
+	return &modelSpec{model: mm}, nil
 }
 
 // topoSpec is a parsed --src or --dst flag.

@@ -28,7 +28,7 @@ func TestModelDraftLayers(t *testing.T) {
 
 	const src, dst = "tp=1,layout=PLHD", "tp=1,rank=0/0,layout=page_first"
 	for _, c := range []struct{ model, msg string }{
-		{base + ",draft-layers=6", "--model: draft-layers=6 is more than layers=5"},
+		{base + ",draft-layers=6", "--model: draft-layers=6 is not from 0 to the 5 layers"},
 		{base + ",draft-layers=-1", "--model: draft-layers=-1 is not a whole number >= 0"},
 		{base + ",draft-layers=01", "--model: draft-layers=01 is not a whole number >= 0"},
 		{base + ",draft-layers=1,draft-layers=1", `--model: key "draft-layers" given twice`},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/spec"
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
 )
@@ -98,7 +99,7 @@ func BenchmarkRead70B(b *testing.B) {
 	require.NoError(b, err)
 	pa := placementArgs{tp: 4, pp: 2, ppLayers: []int{40, 40}}
 	a, _ := testPool(b, "page_first", &model.Descriptor, pa, pages)
-	keys := content.PageKeys(keyPrefix, model.Domain(), pages)
+	keys := content.PageKeys(spec.KeyPrefix, model.Domain(), pages)
 	slots := make([]int, pages)
 	for i := range slots {
 		slots[i] = pages - 1 - i
@@ -187,7 +188,7 @@ func write70B(b testing.TB, url string, pages int) {
 	defer closeStore(sh)
 	model, err := buildModel(bench70B)
 	require.NoError(b, err)
-	keys := content.PageKeys(keyPrefix, model.Domain(), pages)
+	keys := content.PageKeys(spec.KeyPrefix, model.Domain(), pages)
 	for tp := range 8 {
 		pa := placementArgs{tp: 8, pp: 1, tpRank: tp}
 		a, regs := testPool(b, "page_first", &model.Descriptor, pa, pages)

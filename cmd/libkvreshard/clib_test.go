@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/spec"
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/store"
@@ -221,7 +222,7 @@ func TestReadBench(t *testing.T) {
 	require.Error(t, err)
 	model, err := buildModel(bench70B)
 	require.NoError(t, err)
-	key := content.PageKeys(keyPrefix, model.Domain(), 2)[1]
+	key := content.PageKeys(spec.KeyPrefix, model.Domain(), 2)[1]
 	require.Equal(t, "readbench: read 1 of 2 pages: code 0: page missing or incomplete: "+key+"\n", string(out))
 	out, err = exec.Command(bin, "readbench", url, "0", "1").CombinedOutput()
 	require.Error(t, err)

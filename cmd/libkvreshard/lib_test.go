@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/spec"
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/partsum"
@@ -55,12 +56,12 @@ func TestBuildModel(t *testing.T) {
 		{func(a *modelArgs) { a.layers = 0 }, "model: layers 0 is not from 1 to 4096"},
 		{func(a *modelArgs) { a.layers = 4097 }, "model: layers 4097 is not from 1 to 4096"},
 		{func(a *modelArgs) { a.mla = 2 }, "model: mla 2 is not 0 or 1"},
-		{func(a *modelArgs) { a.mla = 1 }, "model: an mla model has one latent component; v_head_dim must be 0, not 4"},
+		{func(a *modelArgs) { a.mla = 1 }, "model: v_head_dim 4 is not allowed: an mla model has one latent component"},
 		{func(a *modelArgs) { a.vHeadDim = -1 }, "model: v_head_dim -1 is negative; 0 means head_dim"},
 		{func(a *modelArgs) { a.dtype = "" }, "model: dtype is required (fp32, bf16, fp16 or fp8)"},
 		{func(a *modelArgs) { a.dtype = "int8" }, `model: dtype "int8" is unknown; dtypes are fp32, bf16, fp16 and fp8`},
-		{func(a *modelArgs) { a.headDim = 0 }, "model: descriptor k head dim is 0; it must be positive"},
-		{func(a *modelArgs) { a.page = -1 }, "model: descriptor page_size is -1; it must be positive"},
+		{func(a *modelArgs) { a.headDim = 0 }, "model: head_dim 0 must be positive"},
+		{func(a *modelArgs) { a.page = -1 }, "model: page -1 must be positive"},
 		{func(a *modelArgs) { a.name = "\xff" }, `model: model model id "\xff" is not valid UTF-8`},
 	} {
 		a := testModel
@@ -359,7 +360,7 @@ func storeKeysOf(t *testing.T, domain string, n int) ([]byte, []int64, []string)
 	}
 	ks, err := storeKeys(buf, offs, domain)
 	require.NoError(t, err)
-	require.Equal(t, content.PageKeys(keyPrefix, domain, n), ks)
+	require.Equal(t, content.PageKeys(spec.KeyPrefix, domain, n), ks)
 	return buf, offs, ks
 }
 

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 	"unsafe"
 
 	"github.com/kvreshard/kvreshard/compiler/ir"
+	"github.com/kvreshard/kvreshard/internal/spec"
 	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
@@ -21,49 +21,21 @@ type modelArgs struct {
 	draftLayers                                   int // the last draftLayers layers are MTP draft layers
 }
 
-// maxLayers bounds a model's layers, which are listed one by one: far past
-// the deepest models' (about 130), as the kvreshard command's --model.
-const maxLayers = 1 << 12
+// maxLayers bounds a model's layers (and so a kvr_placement's pp).
+const maxLayers = spec.MaxLayers
 
-// buildModel returns the model a describes, as the kvreshard command's
-// --model flag builds it.
+// buildModel returns the model a describes by the rules the kvreshard
+// command's --model flag shares (package spec); mla is C's 0 or 1.
 func buildModel(a modelArgs) (manifest.Model, error) {
-	var d manifest.Descriptor
-	if a.layers < 1 || a.layers > maxLayers {
-		return manifest.Model{}, invalidf("model: layers %d is not from 1 to %d", a.layers, maxLayers)
-	}
-	for i := range a.layers {
-		d.Layers = append(d.Layers, i)
-	}
-	d.KVHeads = a.kvHeads
-	d.HeadDims = []int{a.headDim}
-	switch {
-	case a.mla != 0 && a.mla != 1:
+	if a.mla != 0 && a.mla != 1 {
 		return manifest.Model{}, invalidf("model: mla %d is not 0 or 1", a.mla)
-	case a.mla == 1 && a.vHeadDim != 0:
-		return manifest.Model{}, invalidf("model: an mla model has one latent component; v_head_dim must be 0, not %d", a.vHeadDim)
-	case a.vHeadDim < 0:
-		return manifest.Model{}, invalidf("model: v_head_dim %d is negative; 0 means head_dim", a.vHeadDim)
-	case a.mla == 0 && a.vHeadDim == 0:
-		d.HeadDims = append(d.HeadDims, a.headDim)
-	case a.mla == 0:
-		d.HeadDims = append(d.HeadDims, a.vHeadDim)
 	}
-	d.Dtype = a.dtype
-	if d.Dtype == "" {
-		return manifest.Model{}, invalidf("model: dtype is required (fp32, bf16, fp16 or fp8)")
-	}
-	var err error
-	if d.ItemSize, err = manifest.ItemSizeOf(d.Dtype); err != nil {
-		return manifest.Model{}, invalidf("model: %v", err)
-	}
-	d.PageSize = a.page
-	if a.draftLayers < 0 || a.draftLayers > a.layers {
-		return manifest.Model{}, invalidf("model: draft_layers %d is not from 0 to the %d layers", a.draftLayers, a.layers)
-	}
-	d.DraftLayers = a.draftLayers
-	m := manifest.Model{Namespace: a.namespace, ModelID: a.name, Revision: a.revision, Fingerprint: a.fingerprint, Descriptor: d}
-	if err := m.Validate(); err != nil {
+	m, err := spec.Model{
+		Layers: a.layers, KVHeads: a.kvHeads, HeadDim: a.headDim, VHeadDim: a.vHeadDim, Page: a.page,
+		MLA: a.mla == 1, DraftLayers: a.draftLayers, Dtype: a.dtype,
+		Name: a.name, Revision: a.revision, Namespace: a.namespace, Fingerprint: a.fingerprint,
+	}.Build()
+	if err != nil {
 		return manifest.Model{}, invalidf("model: %v", err)
 	}
 	return m, nil
@@ -251,29 +223,18 @@ func keyLength(offs []int64) (int64, error) {
 const maxKeyBytes = 1 << 32
 
 // storeKeys returns the store keys of the keys buf[offs[i]:offs[i+1]] of
-// the model domain, manifest.PageKey("kvreshard", key, domain), rejecting
-// keys with a NUL byte (a C string ends there: messages naming the key
-// would be cut) or '_' (the separator of a page key's fields). Any other
-// byte may be in a key: every store takes any bytes, and messages quote
-// keys or escape their NULs (putMsg).
+// the model domain, by the rules of spec.PageKeys.
 func storeKeys(buf []byte, offs []int64, domain string) ([]string, error) {
-	out := make([]string, len(offs)-1)
-	for i := range out {
-		k := buf[offs[i]:offs[i+1]]
-		if bytes.IndexByte(k, 0) >= 0 {
-			return nil, invalidf("key %d contains a NUL byte", i)
-		}
-		if bytes.IndexByte(k, '_') >= 0 {
-			return nil, invalidf("key %d %q contains '_'; a key is the page's hash, without '_'", i, k)
-		}
-		out[i] = manifest.PageKey(keyPrefix, string(k), domain)
+	keys := make([][]byte, len(offs)-1)
+	for i := range keys {
+		keys[i] = buf[offs[i]:offs[i+1]]
+	}
+	out, err := spec.PageKeys(spec.KeyPrefix, domain, keys)
+	if err != nil {
+		return nil, invalidf("%v", err)
 	}
 	return out, nil
 }
-
-// keyPrefix is the prefix of every page key the library stores, the
-// kvreshard command's default, so that its read finds the library's pages.
-const keyPrefix = "kvreshard"
 
 // intSlots converts a batch's slots.
 func intSlots(s []int64) []int {

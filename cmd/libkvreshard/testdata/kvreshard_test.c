@@ -480,7 +480,7 @@ static void test_bad_arguments(uint64_t st) {
 
     kvr_model bad = m;
     bad.kv_heads = 0;
-    reader_fails(st, bad, pl, pool, KVR_EINVAL, "model: descriptor kv_heads is 0; it must be positive", __LINE__);
+    reader_fails(st, bad, pl, pool, KVR_EINVAL, "model: kv_heads 0 must be positive", __LINE__);
     bad = m;
     bad.dtype = "fp64";
     reader_fails(st, bad, pl, pool, KVR_EINVAL,
@@ -490,7 +490,7 @@ static void test_bad_arguments(uint64_t st) {
     bad = m;
     bad.mla = 1;
     reader_fails(st, bad, pl, pool, KVR_EINVAL,
-                 "model: an mla model has one latent component; v_head_dim must be 0, not 4", __LINE__);
+                 "model: v_head_dim 4 is not allowed: an mla model has one latent component", __LINE__);
     bad = m;
     bad.layers = 0;
     reader_fails(st, bad, pl, pool, KVR_EINVAL, "model: layers 0 is not from 1 to 4096", __LINE__);
