@@ -11,7 +11,7 @@ FUZZFLAGS = -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 # architectures.
 test: vet venv
 	$(GO) test -race -count=1 ./...
-	$(GO) test -count=1 -tags purego ./runtime/kernel/... ./layouts ./examples/customlayout
+	$(GO) test -count=1 -tags purego ./runtime/kernel/... ./testkit/kernelcheck ./layouts ./examples/customlayout
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)
@@ -40,11 +40,12 @@ $(VENV)/.installed: python/requirements.txt python/requirements-nodeps.txt pytho
 
 generate:
 	$(GO) generate ./...
+	$(GO) test -count=1 -run '^TestGeneratedFilesUpToDate$$' ./testkit/kernelcheck -update
 
 check-generated:
 	$(GO) run ./cmd/kvlc -check -o layouts/builtin_kvl.go -pkg layouts layouts/builtin.kvl
 	$(GO) run ./cmd/kvlc -check -o examples/customlayout/custom_kvl.go -pkg customlayout examples/customlayout/custom.kvl
-	$(GO) run ./cmd/kvlc -check -o runtime/kernel/internal/splitkvl/split_kvl.go -pkg splitkvl runtime/kernel/internal/splitkvl/split.kvl
+	$(GO) test -count=1 -run '^TestGeneratedFilesUpToDate$$' ./testkit/kernelcheck
 
 fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParse$$' ./dsl

@@ -13,7 +13,7 @@ import (
 	_ "github.com/kvreshard/kvreshard/examples/customlayout"
 	"github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
+	"github.com/kvreshard/kvreshard/testkit/kerneltest"
 )
 
 // The benchmarks time a generated kernel and its baseline alternately, in

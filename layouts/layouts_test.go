@@ -13,7 +13,7 @@ import (
 	"github.com/kvreshard/kvreshard/gen"
 	"github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
+	"github.com/kvreshard/kvreshard/testkit/kernelcheck"
 )
 
 func compileBuiltin(t *testing.T) *ir.File {

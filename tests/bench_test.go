@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
+	"github.com/kvreshard/kvreshard/internal/redistest"
 )
 
 // TestBenchQuick runs `kvreshard bench --quick --json` as a process (the

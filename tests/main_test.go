@@ -27,11 +27,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/redisserver"
+	"github.com/kvreshard/kvreshard/internal/redistest"
 	"github.com/kvreshard/kvreshard/runtime/store"
 	_ "github.com/kvreshard/kvreshard/runtime/store/filestore"
 	_ "github.com/kvreshard/kvreshard/runtime/store/redisstore"
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redisserver"
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
 // bin is the kvreshard binary built once by TestMain.

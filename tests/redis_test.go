@@ -10,9 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/redistest"
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
 // modelMany has 32 KiB pages (32 layers, 2 KV heads, head dim 8, fp8, 32

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler/ir"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
+	"github.com/kvreshard/kvreshard/testkit/kerneltest"
 )
 
 // randomKVL returns a .kvl file of random layouts: parts and pools with
@@ -83,7 +83,7 @@ import (
 	"testing"
 
 	"github.com/kvreshard/kvreshard/compiler"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
+	"github.com/kvreshard/kvreshard/testkit/kernelcheck"
 
 	_ "example.com/framework/random"
 )

@@ -22,7 +22,7 @@ func TestServingLinksNoFrontEnd(t *testing.T) {
 	}
 	banned := []string{
 		"github.com/alecthomas/participle/", "github.com/dave/jennifer/", "github.com/stretchr/testify/",
-		module + "/dsl", module + "/compiler", module + "/gen", module + "/runtime/kernel/kernelcheck",
+		module + "/dsl", module + "/compiler", module + "/gen", module + "/testkit/kernelcheck",
 		"testing",
 	}
 	for _, pkg := range []string{"./examples/serving", "./cmd/libkvreshard"} {
@@ -45,11 +45,11 @@ func TestCommandLinksNoTestPackages(t *testing.T) {
 		t.Skip("runs the go command")
 	}
 	deps := listDeps(t, "./cmd/kvreshard")
-	require.Contains(t, deps, module+"/runtime/store/redisstore/redisserver")
+	require.Contains(t, deps, module+"/internal/redisserver")
 	require.Contains(t, deps, module+"/dsl")
 	banned := []string{
-		"testing", "github.com/stretchr/testify/", module + "/runtime/store/redisstore/redistest",
-		module + "/runtime/store/storetest", module + "/runtime/kernel/kernelcheck",
+		"testing", "github.com/stretchr/testify/", module + "/internal/redistest",
+		module + "/testkit/storetest", module + "/testkit/kernelcheck",
 	}
 	for _, d := range bannedDeps(deps, banned) {
 		t.Errorf("./cmd/kvreshard links %s", d)

@@ -12,7 +12,7 @@ import (
 	_ "github.com/kvreshard/kvreshard/examples/customlayout"
 	"github.com/kvreshard/kvreshard/gen"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
+	"github.com/kvreshard/kvreshard/testkit/kernelcheck"
 )
 
 func compileCustom(t *testing.T) *ir.File {

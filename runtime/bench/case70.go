@@ -9,10 +9,10 @@ import (
 	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
+	"github.com/kvreshard/kvreshard/testkit/kerneltest"
 )
 
 // case70 is the 70B-size page of the suite: 80 layers, 8 KV heads, head

@@ -11,12 +11,12 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/kvreshard/kvreshard/internal/redisserver"
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/store"
 	_ "github.com/kvreshard/kvreshard/runtime/store/redisstore" // redis:// URLs
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redisserver"
 )
 
 // StartRedis starts a redis-server on a free loopback port, in a

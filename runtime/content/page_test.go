@@ -10,9 +10,9 @@ import (
 	"github.com/kvreshard/kvreshard/compiler/ir"
 	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/plan"
+	"github.com/kvreshard/kvreshard/testkit/kerneltest"
 )
 
 // Fill writes exactly one page's elements, at their places in the slot,

@@ -10,8 +10,8 @@ import (
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
+	"github.com/kvreshard/kvreshard/testkit/kernelcheck"
+	"github.com/kvreshard/kvreshard/testkit/kerneltest"
 )
 
 // custom declares layouts beyond the built-in ones: vLLM's per-layer flash

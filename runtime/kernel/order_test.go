@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler/ir"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kernelcheck"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
+	"github.com/kvreshard/kvreshard/testkit/kernelcheck"
+	"github.com/kvreshard/kvreshard/testkit/kerneltest"
 )
 
 // TestAnyOrder lowers pairs of random layouts, in any order of the axes

@@ -6,9 +6,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/runtime/content"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/plan"
+	"github.com/kvreshard/kvreshard/testkit/kerneltest"
 )
 
 // fillParts returns the bytes of every part of m for the page with seed,

@@ -11,12 +11,12 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/redistest"
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
 	"github.com/kvreshard/kvreshard/runtime/store"
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
 // evictModel has pages of 64 KiB (4 layers, 4 KV heads, head dims 64,

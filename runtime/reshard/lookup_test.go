@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/redistest"
 	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/partsum"
 	"github.com/kvreshard/kvreshard/runtime/placement"
@@ -21,7 +22,6 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/store"
 	"github.com/kvreshard/kvreshard/runtime/store/filestore"
 	"github.com/kvreshard/kvreshard/runtime/store/memstore"
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
 // TestObjectErrStopsAtBadPage: a query that reports one object as

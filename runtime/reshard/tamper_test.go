@@ -13,11 +13,11 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/redistest"
 	"github.com/kvreshard/kvreshard/runtime/store"
 	"github.com/kvreshard/kvreshard/runtime/store/filestore"
 	"github.com/kvreshard/kvreshard/runtime/store/memstore"
 	_ "github.com/kvreshard/kvreshard/runtime/store/redisstore" // redis://
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
 // backend is a store under test, with what a test needs to corrupt the

@@ -14,8 +14,8 @@ import (
 
 	"github.com/kvreshard/kvreshard/runtime/store"
 	. "github.com/kvreshard/kvreshard/runtime/store/enginestore"
-	"github.com/kvreshard/kvreshard/runtime/store/enginestore/enginetest"
-	"github.com/kvreshard/kvreshard/runtime/store/storetest"
+	"github.com/kvreshard/kvreshard/testkit/enginetest"
+	"github.com/kvreshard/kvreshard/testkit/storetest"
 )
 
 func engineOf(s store.Store) *enginetest.Engine { return EngineOf(s).(*enginetest.Engine) }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/runtime/store"
-	"github.com/kvreshard/kvreshard/runtime/store/storetest"
+	"github.com/kvreshard/kvreshard/testkit/storetest"
 )
 
 func TestConformance(t *testing.T) {

@@ -14,9 +14,9 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/redistest"
 	"github.com/kvreshard/kvreshard/runtime/store"
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
-	"github.com/kvreshard/kvreshard/runtime/store/storetest"
+	"github.com/kvreshard/kvreshard/testkit/storetest"
 )
 
 // BenchmarkReadRanges runs the suite's benchmark (storetest.BenchReadRanges),

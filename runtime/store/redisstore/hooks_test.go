@@ -8,10 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/redistest"
 	"github.com/kvreshard/kvreshard/runtime/store"
 	"github.com/kvreshard/kvreshard/runtime/store/redisstore"
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
-	"github.com/kvreshard/kvreshard/runtime/store/storetest"
+	"github.com/kvreshard/kvreshard/testkit/storetest"
 )
 
 // raw runs commands on the server behind a store, bypassing it: the

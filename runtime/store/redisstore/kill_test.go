@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/redistest"
 	"github.com/kvreshard/kvreshard/runtime/store"
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
 )
 
 func openSingle(t *testing.T, srv *redistest.Server) *Store {

@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/redistest"
 	"github.com/kvreshard/kvreshard/runtime/store"
 	"github.com/kvreshard/kvreshard/runtime/store/redisstore"
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redistest"
-	"github.com/kvreshard/kvreshard/runtime/store/storetest"
+	"github.com/kvreshard/kvreshard/testkit/storetest"
 )
 
 // corruption damages the state of a complete page of two parts with raw

@@ -16,7 +16,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/kvreshard/kvreshard/runtime/store/redisstore/redisserver"
+	"github.com/kvreshard/kvreshard/internal/redisserver"
 )
 
 // RequireEnv is the environment variable that turns a missing redis-server

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
-	"github.com/kvreshard/kvreshard/runtime/kernel/kerneltest"
+	"github.com/kvreshard/kvreshard/testkit/kerneltest"
 )
 
 // CheckGenerated runs the generated kernels of every pair of f on random
