@@ -25,11 +25,11 @@ func TestCopyWorkers(t *testing.T) {
 		mu     sync.Mutex
 		groups []int // workers of each group of copies
 	)
-	reshard.SetMinCopyShare(t, 0, func(w int) {
+	count := func(w int) {
 		mu.Lock()
 		groups = append(groups, w)
 		mu.Unlock()
-	})
+	}
 	mem := memstore.New()
 	keys := content.PageKeys("workers", small.Domain(), 12)
 	m := writeAll(t, mem, small, tp4pp1, "PLHD", keys)
@@ -51,6 +51,7 @@ func TestCopyWorkers(t *testing.T) {
 				// Rank 0/0 of TP 2 x PP 2 needs parts 0 and 1 of each page.
 				rd, regions := newReader(t, c.st, small, tp2pp2, placement.Rank{}, "page_first", len(slots),
 					reshard.ReaderOptions{Plan: c.opts, CopyWorkers: w})
+				reshard.SetMinCopyShare(rd, 0, count)
 				readAll(t, rd, keys, slots, regions)
 				if want == nil {
 					want = regions
@@ -88,9 +89,9 @@ func TestCopyWorkersMinShare(t *testing.T) {
 	for _, c := range []struct{ share, workers int }{{1 << 20, 1}, {18433, 1}, {9216, 2}, {4608, 4}, {1, 4}} {
 		t.Run(fmt.Sprintf("share %d", c.share), func(t *testing.T) {
 			var groups []int
-			reshard.SetMinCopyShare(t, c.share, func(w int) { groups = append(groups, w) })
 			rd, regions := newReader(t, st, small, tp2pp2, placement.Rank{}, "page_first", 4,
 				reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}, CopyWorkers: 4})
+			reshard.SetMinCopyShare(rd, c.share, func(w int) { groups = append(groups, w) })
 			readAll(t, rd, keys, iota(4), regions)
 			require.Equal(t, []int{c.workers}, groups)
 		})

@@ -314,8 +314,8 @@ func (x *exec) run(b *batch) error {
 			x.r.planner.CopyStaged(x.tpls[j.page], j.k, j.src, x.regions, x.slots[j.page])
 		}
 	})
-	if testHookCopyWorkers != nil && len(jobs) > 0 {
-		testHookCopyWorkers(w)
+	if f := x.r.tune.onCopyWorkers; f != nil && len(jobs) > 0 {
+		f(w)
 	}
 	clear(b.copies)
 	b.copies, b.copyBytes = b.copies[:0], 0
@@ -332,8 +332,8 @@ func (x *exec) launch() {
 	}
 	x.flying = true
 	go func() {
-		if testHookLaunch != nil {
-			testHookLaunch()
+		if f := x.r.tune.onLaunch; f != nil {
+			f()
 		}
 		x.done <- x.run(&x.fly)
 	}()
@@ -363,16 +363,12 @@ func (x *exec) runQueued() error {
 	return err
 }
 
-// testHookLaunch, when set, is called on the goroutine of each batch put in
-// flight before its checks and copies run.
-var testHookLaunch func()
-
 // parallel runs run over jobs [0,n), whose sizes sum to total bytes, split
 // in order into shares of about equal bytes, one a worker, on up to
-// CopyWorkers goroutines, with at least minCopyShare bytes a share. It
+// CopyWorkers goroutines, with at least tuning.minCopyShare bytes a share. It
 // returns the goroutines it used, the calling one included.
 func (x *exec) parallel(n, total int, size func(i int) int, run func(lo, hi int)) int {
-	w := min(x.r.opts.CopyWorkers, n, max(1, total/max(minCopyShare, 1)))
+	w := min(x.r.opts.CopyWorkers, n, max(1, total/max(x.r.tune.minCopyShare, 1)))
 	// Share s starts at the first job with s/w of the bytes before it;
 	// the calling goroutine runs the last.
 	var wg sync.WaitGroup
@@ -390,10 +386,6 @@ func (x *exec) parallel(n, total int, size func(i int) int, run func(lo, hi int)
 	return s
 }
 
-// testHookCopyWorkers, when set, is called with the goroutines that ran
-// each group of copies.
-var testHookCopyWorkers func(workers int)
-
 // stageNeed is the staging buffer the request needs: every staging round
 // of its pages, up to the planner's bound (each round of a plan fits the
 // bound), or its largest round when that is larger (a round of reads of
@@ -401,7 +393,7 @@ var testHookCopyWorkers func(workers int)
 // pipelined (two
 // copy workers or more, two rounds or more, two of the largest within the
 // bound, more than one half), half is the size of each half of it: the
-// largest round, or more up to pipeBatch and half the bound.
+// largest round, or more up to tuning.pipeBatch and half the bound.
 func (x *exec) stageNeed() (need, half int) {
 	round, rounds := 0, 0
 	for _, t := range x.tpls {
@@ -418,25 +410,13 @@ func (x *exec) stageNeed() (need, half int) {
 		}
 	}
 	bound := x.r.planner.StageBound()
-	if pipeline && x.r.opts.CopyWorkers > 1 && rounds > 1 && 2*round <= bound {
-		if half = (max(round, min(bound/2, pipeBatch)) + 63) &^ 63; need > half {
+	if x.r.tune.pipeline && x.r.opts.CopyWorkers > 1 && rounds > 1 && 2*round <= bound {
+		if half = (max(round, min(bound/2, x.r.tune.pipeBatch)) + 63) &^ 63; need > half {
 			return 2 * half, half
 		}
 	}
 	return max(min(need, bound), round), 0
 }
-
-// pipeBatch is the staging bytes a pipelined batch fills when its rounds
-// are smaller: large enough that a batch's goroutines and store call cost
-// little against its bytes, small enough that a request of a few batches
-// has most of its reads overlap checks and copies. A variable only for the
-// tests.
-var pipeBatch = 4 << 20
-
-// pipeline turns the pipelining of staged batches on: a variable only for
-// the tests and benchmarks that compare it with batches one after the
-// other.
-var pipeline = true
 
 // stageAt returns where in the staging buffer a staged read goes when the
 // reads of its round before it end at at: the next multiple of 64. A

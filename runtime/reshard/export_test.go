@@ -2,36 +2,24 @@ package reshard
 
 import (
 	"context"
-	"testing"
 
 	"github.com/kvreshard/kvreshard/runtime/plan"
 )
 
-// SetMinCopyShare makes readers give each copy worker at least minBytes
-// (1 when it is 0 or less), and calls f with the workers of each group of
-// copies, until t ends.
-func SetMinCopyShare(t testing.TB, minBytes int, f func(workers int)) {
-	old := minCopyShare
-	minCopyShare, testHookCopyWorkers = minBytes, f
-	t.Cleanup(func() { minCopyShare, testHookCopyWorkers = old, nil })
+// SetMinCopyShare makes r give each copy worker at least minBytes (1 when
+// it is 0 or less), and calls f with the workers of each group of copies.
+func SetMinCopyShare(r *Reader, minBytes int, f func(workers int)) {
+	r.tune.minCopyShare, r.tune.onCopyWorkers = minBytes, f
 }
 
-// SetPipeline turns the pipelining of staged batches on or off until t
-// ends.
-func SetPipeline(t testing.TB, on bool) {
-	old := pipeline
-	pipeline = on
-	t.Cleanup(func() { pipeline = old })
-}
+// SetPipeline turns r's pipelining of staged batches on or off.
+func SetPipeline(r *Reader, on bool) { r.tune.pipeline = on }
 
-// SetPipeBatch makes pipelined batches fill n staging bytes at most when
-// their rounds are smaller, and calls launched (when not nil) on the
-// goroutine of each batch put in flight before its checks and copies
-// run, until t ends.
-func SetPipeBatch(t testing.TB, n int, launched func()) {
-	old := pipeBatch
-	pipeBatch, testHookLaunch = n, launched
-	t.Cleanup(func() { pipeBatch, testHookLaunch = old, nil })
+// SetPipeBatch makes r's pipelined batches fill n staging bytes at most
+// when their rounds are smaller, and calls launched (when not nil) on the
+// goroutine of each batch put in flight before its checks and copies run.
+func SetPipeBatch(r *Reader, n int, launched func()) {
+	r.tune.pipeBatch, r.tune.onLaunch = n, launched
 }
 
 // ReadSwapped reads keys as Read does, with the template of page i

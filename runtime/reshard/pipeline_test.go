@@ -58,7 +58,12 @@ func newPipelined(t *testing.T, st store.Store, pages int, opts reshard.ReaderOp
 		}
 		return st.ReadRanges(ctx, rs)
 	}
-	reshard.SetPipeBatch(t, 1, func() {
+	if opts.Plan.Strategy == plan.Auto {
+		opts.Plan = plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}
+	}
+	opts.CopyWorkers = max(opts.CopyWorkers, 2)
+	p.rd, p.regions = newReader(t, p.sp, small, tp2pp2, placement.Rank{}, "page_first", pages, opts)
+	reshard.SetPipeBatch(p.rd, 1, func() {
 		p.mu.Lock()
 		i := p.launches
 		p.launches++
@@ -69,11 +74,6 @@ func newPipelined(t *testing.T, st store.Store, pages int, opts reshard.ReaderOp
 			t.Errorf("batch %d ran its checks and copies before batch %d was read", i, i+1)
 		}
 	})
-	if opts.Plan.Strategy == plan.Auto {
-		opts.Plan = plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}
-	}
-	opts.CopyWorkers = max(opts.CopyWorkers, 2)
-	p.rd, p.regions = newReader(t, p.sp, small, tp2pp2, placement.Rank{}, "page_first", pages, opts)
 	p.before = clone(p.regions)
 	return p
 }
@@ -119,8 +119,8 @@ func TestPipelinedRead(t *testing.T) {
 			require.Equal(t, checked, p.rd.Stats().PartsChecked)
 
 			// Not pipelined, the same pool.
-			reshard.SetPipeline(t, false)
 			q := newPipelined(t, st, len(keys), c.opts)
+			reshard.SetPipeline(q.rd, false)
 			readAll(t, q.rd, keys, slots, q.regions)
 			require.Equal(t, 1, q.sp.Calls("ReadRanges"), "one batch")
 			require.Zero(t, q.launches)
@@ -220,7 +220,6 @@ func TestPipelinedDirectWaits(t *testing.T) {
 		if b.name == "mem" {
 			t.Skip("a store that lends its parts stages nothing")
 		}
-		reshard.SetPipeBatch(t, 1, nil)
 		slots := []int{2, 0, 1}
 		bind, err := plan.BindingFor(&small.Descriptor, tp2pp2, placement.Rank{}, builtin(t, "page_first"), len(slots))
 		require.NoError(t, err)
@@ -237,6 +236,7 @@ func TestPipelinedDirectWaits(t *testing.T) {
 				sp := newSpy(b.st)
 				rd, regions := newReader(t, sp, small, tp2pp2, placement.Rank{}, "page_first", len(slots),
 					reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 1 << 20}, CopyWorkers: 2, CheckParts: true})
+				reshard.SetPipeBatch(rd, 1, nil)
 				before := clone(regions)
 				hit, err := reshard.ReadSwapped(rd, context.Background(), keys, slots, regions, func(i int, tpl *plan.Plan) *plan.Plan {
 					if i < 2 {

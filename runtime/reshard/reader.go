@@ -47,10 +47,28 @@ type ReaderOptions struct {
 	CheckParts bool
 }
 
-// minCopyShare is the least a copy worker is given, in source bytes:
-// starting a goroutine costs about a microsecond, copying 512 KiB 25-50.
-// A variable only for the tests.
-var minCopyShare = 512 << 10
+// tuning is how a reader divides and overlaps its work. Every reader has
+// defaultTuning; the package's tests change one reader's (export_test.go).
+type tuning struct {
+	// minCopyShare is the least a copy worker is given, in source bytes:
+	// starting a goroutine costs about a microsecond, copying 512 KiB 25-50.
+	minCopyShare int
+	// pipeBatch is the staging bytes a pipelined batch fills when its
+	// rounds are smaller: large enough that a batch's goroutines and store
+	// call cost little against its bytes, small enough that a request of a
+	// few batches has most of its reads overlap checks and copies.
+	pipeBatch int
+	// pipeline overlaps the reads of a staged batch with the checks and
+	// copies of the one before.
+	pipeline bool
+	// onLaunch, when set, is called on the goroutine of each batch put in
+	// flight before its checks and copies run; onCopyWorkers with the
+	// goroutines that ran each group of copies.
+	onLaunch      func()
+	onCopyWorkers func(workers int)
+}
+
+var defaultTuning = tuning{minCopyShare: 512 << 10, pipeBatch: 4 << 20, pipeline: true}
 
 // Stats are a reader's counters.
 type Stats struct {
@@ -75,6 +93,7 @@ type Reader struct {
 	domain  string
 	planner *plan.Planner
 	opts    ReaderOptions
+	tune    tuning
 
 	manifests *lru.Cache[*manifest.Manifest] // validated, by manifest key
 
@@ -108,7 +127,7 @@ func NewReader(st store.Store, domain string, d *manifest.Descriptor, b plan.Bin
 	if opts.CopyWorkers == 0 {
 		opts.CopyWorkers = runtime.GOMAXPROCS(0)
 	}
-	r := &Reader{st: st, domain: domain, planner: p, opts: opts, manifests: lru.New[*manifest.Manifest](opts.Manifests),
+	r := &Reader{st: st, domain: domain, planner: p, opts: opts, tune: defaultTuning, manifests: lru.New[*manifest.Manifest](opts.Manifests),
 		checkPlans: lru.New[checkPlan](p.Options().Templates)}
 	r.buffers.alloc, _ = st.(store.Allocator)
 	r.bufs.New = func() any { return new(execBufs) }

@@ -87,7 +87,6 @@ func TestStagedFailedReadReportsPrefix(t *testing.T) {
 		writeAll(t, st, small, tp4pp1, "PLHD", keys)
 		// Rank 0/0 of TP 2 x PP 2 needs heads 0 and 1: parts 0 and 1, of
 		// 2304 bytes each, read whole.
-		reshard.SetMinCopyShare(t, 0, nil)
 		for _, w := range []int{1, 4} {
 			opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, StageBytes: 4608, MaxGap: 4096}, CopyWorkers: w}
 			for _, b := range []int{0, 1, 2} {
@@ -107,6 +106,7 @@ func TestStagedFailedReadReportsPrefix(t *testing.T) {
 							return n, errLinkDown
 						}
 						rd, regions := newReader(t, sp, small, tp2pp2, placement.Rank{}, "page_first", 3, opts)
+						reshard.SetMinCopyShare(rd, 0, nil)
 						before := clone(regions)
 						slots := []int{2, 0, 1}
 						res, err := rd.Read(context.Background(), keys, slots, regions)

@@ -104,7 +104,6 @@ func TestViewFailureReportsPrefix(t *testing.T) {
 	st := memstore.New()
 	keys := content.PageKeys("view-prefix", small.Domain(), 3)
 	writeAll(t, st, small, tp4pp1, "PLHD", keys)
-	reshard.SetMinCopyShare(t, 0, nil)
 	for _, w := range []int{1, 4} {
 		opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, MaxGap: 4096}, CopyWorkers: w}
 		for _, b := range []int{0, 1, 2} {
@@ -121,6 +120,7 @@ func TestViewFailureReportsPrefix(t *testing.T) {
 					}
 					// Rank 0/0 of TP 2 x PP 2 needs parts 0 and 1 of each page.
 					rd, regions := newReader(t, vs, small, tp2pp2, placement.Rank{}, "page_first", 3, opts)
+					reshard.SetMinCopyShare(rd, 0, nil)
 					before := clone(regions)
 					slots := []int{2, 0, 1}
 					res, err := rd.Read(context.Background(), keys, slots, regions)

@@ -184,16 +184,6 @@ func (s *Store) writePart(w *store.PartWrite) error {
 	return nil
 }
 
-// age makes the last write to key look d older (a storetest hook).
-func (s *Store) age(key string, d time.Duration) {
-	sh := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if o := sh.objs[key]; o != nil {
-		o.touched = o.touched.Add(-d)
-	}
-}
-
 // complete returns the object under key if it is complete.
 func (s *Store) complete(key string) *object {
 	sh := s.shard(key)

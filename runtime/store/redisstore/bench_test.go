@@ -144,11 +144,11 @@ func BenchmarkReadSpans(b *testing.B) {
 	}
 	for _, c := range []struct {
 		trip, segs int
-	}{{readTrip.small, 1}, {readTrip.small, 40}, {spans * span, 1}} {
+	}{{defaultTrip.small, 1}, {defaultTrip.small, 40}, {spans * span, 1}} {
 		rs := ranges(c.segs)
 		b.Run(fmt.Sprintf("getrange/small=%dKiB/segments=%d", c.trip>>10, c.segs), func(b *testing.B) {
-			defer func(old tripLimits) { readTrip = old }(readTrip)
-			readTrip.small = c.trip
+			s.trip.small = c.trip
+			defer func() { s.trip = defaultTrip }()
 			run(b, func() error {
 				n, err := s.ReadRanges(ctx, rs)
 				if err == nil && n != len(rs) {

@@ -54,18 +54,17 @@ func TestKillDuringReadRanges(t *testing.T) {
 	write()
 
 	// 32 ranges of 1 MiB: perTrip per round trip.
-	perTrip := readTrip.bytes / part
+	perTrip := s.trip.bytes / part
 	rs := make([]store.Range, 32)
 	for i := range rs {
 		rs[i] = store.Range{Key: "page", Part: i % 2, Dst: [][]byte{make([]byte, part)}}
 	}
 	batches := 0
-	testHookBatchRead = func() {
+	s.onBatchRead = func() {
 		if batches++; batches == 1 {
 			srv.Kill()
 		}
 	}
-	defer func() { testHookBatchRead = nil }()
 	n, err := s.ReadRanges(ctx, rs)
 	require.Error(t, err)
 	require.Equal(t, perTrip, n, "error %v", err)
@@ -86,7 +85,7 @@ func TestKillDuringReadRanges(t *testing.T) {
 	err = s.WriteParts(ctx, []store.PartWrite{{Key: "page", Part: 0, Parts: 2, Manifest: "m", Data: data[:1]}})[0]
 	require.Regexp(t, "^"+regexp.QuoteMeta(fmt.Sprintf("redis store %s: write page part 0: ", srv.Addr()))+gone, err.Error())
 
-	testHookBatchRead = nil
+	s.onBatchRead = nil
 	srv.Restart()
 	n, err = s.ReadRanges(ctx, rs[:2])
 	require.Equal(t, 0, n)
@@ -114,17 +113,15 @@ func TestSplitRange(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := openSingle(t, srv)
 	ctx := context.Background()
-	defer func(old tripLimits) { readTrip = old }(readTrip)
-	readTrip.bytes = 1 << 20
-	size := 3*readTrip.bytes + 12345
+	s.trip.bytes = 1 << 20
+	size := 3*s.trip.bytes + 12345
 	data := pattern(9, size)
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{
 		{Key: "big", Part: 0, Parts: 1, Manifest: "m", Data: [][]byte{data[:5], data[5 : size/2], data[size/2:]}}}))
-	segs := [][]byte{make([]byte, 1), make([]byte, readTrip.bytes-1), make([]byte, 0), make([]byte, readTrip.bytes+1), make([]byte, size-10-2*readTrip.bytes-1)}
+	segs := [][]byte{make([]byte, 1), make([]byte, s.trip.bytes-1), make([]byte, 0), make([]byte, s.trip.bytes+1), make([]byte, size-10-2*s.trip.bytes-1)}
 	small := make([]byte, 10)
 	rounds := 0
-	testHookBatchRead = func() { rounds++ }
-	defer func() { testHookBatchRead = nil }()
+	s.onBatchRead = func() { rounds++ }
 	n, err := s.ReadRanges(ctx, []store.Range{{Key: "big", Part: 0, Off: 10, Dst: segs}, {Key: "big", Part: 0, Off: size - 10, Dst: [][]byte{small}}})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
@@ -180,13 +177,11 @@ func TestTripLimits(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := openSingle(t, srv)
 	ctx := context.Background()
-	defer func(old tripLimits) { readTrip = old }(readTrip)
-	readTrip = tripLimits{cmds: 1024, bytes: 1 << 20, small: 64 << 10}
+	s.trip = tripLimits{cmds: 1024, bytes: 1 << 20, small: 64 << 10}
 	data := pattern(8, 3<<20)
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{{Key: "page", Part: 0, Parts: 1, Manifest: "m", Data: [][]byte{data}}}))
 	trips := 0
-	testHookBatchRead = func() { trips++ }
-	defer func() { testHookBatchRead = nil }()
+	s.onBatchRead = func() { trips++ }
 	for _, c := range []struct {
 		name       string
 		n, size    int

@@ -11,9 +11,6 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
 
-// testHookBatchRead, when set, runs after each round trip of ReadRanges.
-var testHookBatchRead func()
-
 // tripLimits bound one round trip (batch) of ReadRanges: its commands,
 // the bytes of its replies, and the bytes of its replies shorter than
 // largeReply.
@@ -27,12 +24,12 @@ var testHookBatchRead func()
 // fault next to never. A long reply (a GETRANGE of a whole part, as a
 // staged read does) is one buffer and does not fault: 20 MiB of parts
 // took 0.7-0.85 times as long in one round trip as in round trips of 2
-// MiB. A variable only for the tests.
+// MiB. Every store has defaultTrip; tests change one store's.
 type tripLimits struct {
 	cmds, bytes, small int
 }
 
-var readTrip = tripLimits{cmds: maxBatchCmds, bytes: 16 << 20, small: 2 << 20}
+var defaultTrip = tripLimits{cmds: maxBatchCmds, bytes: 16 << 20, small: 2 << 20}
 
 // largeReply is the length from which a reply does not count as small.
 const largeReply = 64 << 10
@@ -73,8 +70,8 @@ func (b *batch) build(s *Store, rs []store.Range, next, progress int) {
 		lastPart = -1
 		partKey  string
 	)
-	left, small := readTrip.bytes, readTrip.small
-	for i := next; i < len(rs) && left > 0 && small > 0 && len(b.calls) < readTrip.cmds; i++ {
+	left, small := s.trip.bytes, s.trip.small
+	for i := next; i < len(rs) && left > 0 && small > 0 && len(b.calls) < s.trip.cmds; i++ {
 		r := &rs[i]
 		ci, ok := b.checks[r.Key]
 		if !ok {
@@ -90,7 +87,7 @@ func (b *batch) build(s *Store, rs []store.Range, next, progress int) {
 				_, prefix := pageKeys(r.Key)
 				lastKey, lastPart, partKey = r.Key, r.Part, prefix+strconv.Itoa(r.Part)
 			}
-			for progress < n && left > 0 && small > 0 && len(b.calls) < readTrip.cmds {
+			for progress < n && left > 0 && small > 0 && len(b.calls) < s.trip.cmds {
 				l := min(n-progress, left)
 				if l < largeReply {
 					l = min(l, small)
@@ -197,7 +194,7 @@ func (b *batch) deliver(rs []store.Range, rep replies, next, progress *int) erro
 }
 
 // ReadRanges implements store.Store. A round trip (batch) reads at most
-// what readTrip allows; a longer range is split. Each batch checks the
+// what s.trip allows; a longer range is split. Each batch checks the
 // state of every page it reads (in the same round trip, before its
 // GETRANGEs), so only complete objects are read.
 //
@@ -227,8 +224,8 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (int, error) {
 			res := results{res: pipeline(ctx, s.c, b.calls)}
 			err = b.deliver(rs, &res, &next, &progress)
 		}
-		if testHookBatchRead != nil {
-			testHookBatchRead()
+		if s.onBatchRead != nil {
+			s.onBatchRead()
 		}
 		var re *replyError
 		switch {

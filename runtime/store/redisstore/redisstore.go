@@ -118,6 +118,11 @@ type Store struct {
 	ttl    string // TTL in ms, an argument of writeScript
 	lease  string // lease in ms, an argument of writeScript
 	stream bool   // ReadRanges streams replies (one server, not a cluster)
+
+	// trip bounds ReadRanges' round trips (defaultTrip); onBatchRead, when
+	// set, runs after each. Tests change them.
+	trip        tripLimits
+	onBatchRead func()
 }
 
 var _ store.Store = (*Store)(nil)
@@ -182,7 +187,7 @@ func New(ctx context.Context, c Config) (*Store, error) {
 		// checks again with EVAL, which also loads the script.
 		_ = client.Do(ctx, client.B().ScriptLoad().Script(state.src).Build()).Error()
 	}
-	s := &Store{c: client, name: name, ttl: "0", stream: !c.Cluster}
+	s := &Store{c: client, name: name, ttl: "0", stream: !c.Cluster, trip: defaultTrip}
 	if c.TTL > 0 {
 		s.ttl = strconv.FormatInt(c.TTL.Milliseconds(), 10)
 	}
