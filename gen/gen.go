@@ -151,7 +151,7 @@ var symInit = [ir.NumSyms]*jen.Statement{
 }
 
 // pageVar is, in a kernel for token lists, the local that holds each
-// side's T extent (kernel.Side.Tokens).
+// side's T extent (kernel.Buffer.Tokens).
 var pageVar = [2]string{"Ts", "Td"}
 
 // expr returns e in Go, each symbol named by name.

@@ -106,7 +106,7 @@ func newBenchSetup(b *testing.B, c benchCase) *benchSetup {
 	for i := range all {
 		all[i] = i
 	}
-	g := kerneltest.Geometry{ItemSize: c.item, PageSize: c.page, Dims: []int{c.dim, c.dim}}
+	g := kerneltest.Shape{ItemSize: c.item, PageSize: c.page, Dims: []int{c.dim, c.dim}}
 	// Parts are packed (K region then V region); pools keep K and V in
 	// separate buffers, as SGLang's host pools do.
 	src := kerneltest.Buffer{Layout: pair.Src, Layers: all, HeadStart: c.srcHead, Heads: c.srcHeads, Slots: 1,

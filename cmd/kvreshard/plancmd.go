@@ -51,7 +51,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // region "stage", dst the offset in the staging buffer and round the
 // staging round, while staging.copies says how their bytes reach the pool.
 type planJSON struct {
-	LayoutID    string           `json:"layout_id"`
+	ManifestID    string           `json:"manifest_id"`
 	Parts       []partJSON       `json:"parts"`
 	Regions     []regionJSON     `json:"regions"`
 	Ops         []opJSON         `json:"ops"`
@@ -253,7 +253,7 @@ func strategyOptions(strategy, transport string, segments, stage, gap int) (plan
 func (s *planSetup) planJSON(pl *plan.Plan, timing *timingJSON) *planJSON {
 	g := s.planner.Geometry()
 	opts := s.planner.Options()
-	out := &planJSON{LayoutID: pl.LayoutID, OpCount: pl.OpCount(), Bytes: pl.Bytes, ReadBytes: pl.ReadBytes,
+	out := &planJSON{ManifestID: pl.ManifestID, OpCount: pl.OpCount(), Bytes: pl.Bytes, ReadBytes: pl.ReadBytes,
 		Strategy: pl.Strategy.String(), Transport: opts.Transport.Name, EstimatedNS: pl.Estimate.Nanoseconds(), PlanNS: timing,
 		Parts: []partJSON{}, Regions: []regionJSON{}, Ops: make([]opJSON, 0, pl.OpCount())}
 	if opts.Strategy == plan.Auto {
@@ -293,7 +293,7 @@ func (s *planSetup) planJSON(pl *plan.Plan, timing *timingJSON) *planJSON {
 			out.Ops = append(out.Ops, opJSON{Part: int(r.Part), Src: r.Src, Region: "stage", Dst: r.Stage, Len: r.Len, Round: &round})
 			kernel := ""
 			if r.Kernel {
-				kernel = pl.Pair(int(r.Part))
+				kernel = pl.CopyKernel(int(r.Part))
 			}
 			for _, op := range ops[r.First : r.First+r.N] {
 				st.Copies = append(st.Copies, copyJSON{Read: i, Part: int(op.Part), Src: op.Src, Stage: r.Stage + op.Src - r.Src,
@@ -314,7 +314,7 @@ func (s *planSetup) printPlan(w io.Writer, pl *plan.Plan, out *planJSON) {
 	g := s.planner.Geometry()
 	fmt.Fprintf(w, ": layers %s, heads [%d,%d)%s\n", span(g.Layers), g.HeadStart, g.HeadStart+g.Heads, tokensText(g.Tokens.CPSize, g.Tokens.CPRank))
 	fmt.Fprintf(w, "source   tp=%d pp=%d%s, part %s { order %s }\n", src.topo.TP, src.topo.PP, cpText(src.topo), src.layout.Name, src.layout.Order())
-	fmt.Fprintf(w, "layout   %s\n", pl.LayoutID)
+	fmt.Fprintf(w, "manifest %s\n", pl.ManifestID)
 	for _, p := range out.Parts {
 		fmt.Fprintf(w, "part %-3d layers %s, heads [%d,%d)%s, %d bytes\n", p.Index, span(p.Layers), p.HeadStart, p.HeadStart+p.HeadCount,
 			tokensText(p.CPSize, p.CPRank), p.Bytes)

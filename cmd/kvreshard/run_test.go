@@ -55,7 +55,7 @@ func TestPlanJSON(t *testing.T) {
 
 	var top map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal([]byte(stdout), &top))
-	for _, k := range []string{"layout_id", "parts", "regions", "ops", "op_count", "bytes", "strategy", "plan_ns"} {
+	for _, k := range []string{"manifest_id", "parts", "regions", "ops", "op_count", "bytes", "strategy", "plan_ns"} {
 		require.Contains(t, top, k)
 	}
 	var raw struct {
@@ -79,7 +79,7 @@ func TestPlanJSON(t *testing.T) {
 
 	var out planJSON
 	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
-	require.Regexp(t, `^sha256:[0-9a-f]{64}$`, out.LayoutID)
+	require.Regexp(t, `^sha256:[0-9a-f]{64}$`, out.ManifestID)
 	// TP1/PP3 parts: 4 layers x 4 heads x 16 tokens x (8+8) x 4 bytes.
 	require.Equal(t, []partJSON{
 		{Index: 0, Layers: []int{0, 1, 2, 3}, HeadStart: 0, HeadCount: 4, CPSize: 1, Interleave: 1, Bytes: 16384},

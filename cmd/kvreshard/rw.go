@@ -110,7 +110,7 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 			rankName(ts.topo, r), count[reshard.Written], count[reshard.Complete], count[reshard.Refused], count[reshard.Replica],
 			time.Since(start).Round(time.Microsecond))
 	}
-	fmt.Fprintf(stdout, "layout %s (%s, manifest %s)\n", m.LayoutID(), ts.layout.Name, m.Key())
+	fmt.Fprintf(stdout, "layout %s (%s, manifest %s)\n", m.ID(), ts.layout.Name, m.Key())
 	return nil
 }
 

@@ -81,7 +81,7 @@ func (c *case70) planner(opts plan.Options) (*plan.Planner, error) {
 // the resharding reader's pool.
 func (c *case70) problem(h int) *kernel.Problem {
 	p := &kernel.Problem{ItemSize: 2, PageSize: 64, Dims: c.d.HeadDims,
-		Src: kernel.Side{Layers: 80, Heads: 1, Slots: 1, Packed: true}, Dst: kernel.Side{Layers: 40, Heads: 2, Slots: 1},
+		Src: kernel.Buffer{Layers: 80, Heads: 1, Slots: 1, Packed: true}, Dst: kernel.Buffer{Layers: 40, Heads: 2, Slots: 1},
 		SrcHead: 0, DstHead: h, Heads: 1}
 	for l := range 40 {
 		p.Layers = append(p.Layers, kernel.LayerPair{Src: int32(l), Dst: int32(l)})
@@ -243,7 +243,7 @@ func (c *case70) plans(ctx context.Context, o *Options) ([]Figure, error) {
 // merges elements contiguous on both sides into runs. It returns the runs.
 func (c *case70) naivePlan() int {
 	d := c.d
-	g := kerneltest.Geometry{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
+	g := kerneltest.Shape{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
 	dst := kerneltest.Buffer{Layout: c.poolL, Layers: d.Layers[:40], HeadStart: 0, Heads: 2, Slots: 1}
 	runs := 0
 	var lp, ls, lr, ld int

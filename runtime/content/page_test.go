@@ -78,7 +78,7 @@ func TestPlaceAgreesWithModel(t *testing.T) {
 			if err != nil {
 				continue // a split the CP share does not allow
 			}
-			kg := kerneltest.Geometry{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
+			kg := kerneltest.Shape{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
 			b := &kerneltest.Buffer{Layout: l, Layers: g.Layers, HeadStart: g.HeadStart, Heads: g.Heads, Slots: g.Slots, Slot: g.Slots - 1,
 				CP: ts.CPSize, CPRank: ts.CPRank, Interleave: ts.Interleave}
 			n := 0

@@ -110,7 +110,7 @@ func newWalker(pr *ir.Nest, p *Problem, emit func(Run)) *walker {
 	fullLayers := len(p.Layers) == p.Src.Layers && len(p.Layers) == p.Dst.Layers
 	fullHeads := p.Heads == p.Src.Heads && p.Heads == p.Dst.Heads
 	consecutive := ConsecutiveLayers(p.Layers)
-	sides := [2]Side{p.Src, p.Dst}
+	sides := [2]Buffer{p.Src, p.Dst}
 	// Each side's strides follow its own T extent; they differ only with a
 	// token list.
 	var envs [2]ir.Env

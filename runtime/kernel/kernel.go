@@ -51,8 +51,8 @@ type Run struct {
 // End returns the offset one past the last destination byte.
 func (r Run) End() int { return r.Dst + r.Len }
 
-// Side is the geometry of one buffer of a transfer.
-type Side struct {
+// Buffer is the geometry of one buffer of a transfer.
+type Buffer struct {
 	Layers int // L extent: how many layers this buffer holds
 	Heads  int // H extent: how many KV heads this buffer holds
 	Slots  int // S extent: pool pages; ignored by part layouts
@@ -83,7 +83,7 @@ type Problem struct {
 	ItemSize int   // bytes per element
 	PageSize int   // T extent: tokens per page
 	Dims     []int // head dim (elements) of each component, K then V
-	Src, Dst Side
+	Src, Dst Buffer
 	// Layers lists the common layers in ascending order of both sides'
 	// indices (both layer lists are sorted by global layer id).
 	Layers []LayerPair

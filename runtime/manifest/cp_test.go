@@ -19,7 +19,7 @@ func cpManifest(cp, il int) (*Manifest, error) {
 	for r := cp - 1; r >= 0; r-- {
 		parts = append(parts, Part{Layers: []int{0, 1}, HeadCount: 1, TokenSet: TokenSet{CPSize: cp, CPRank: r, Interleave: il}})
 	}
-	return New(testDomain, cpDesc(), Layout{Name: "PLHD", Order: "C T L H D"}, parts)
+	return New(testDomain, cpDesc(), PartLayout{Name: "PLHD", Order: "C T L H D"}, parts)
 }
 
 func TestTokenSetMapping(t *testing.T) {
@@ -77,7 +77,7 @@ func TestCPManifest(t *testing.T) {
 	// The token set is in the identity: another interleave is another id.
 	o, err := cpManifest(2, 2)
 	require.NoError(t, err)
-	require.NotEqual(t, m.LayoutID(), o.LayoutID())
+	require.NotEqual(t, m.ID(), o.ID())
 }
 
 func TestCPDecodeErrors(t *testing.T) {
@@ -119,7 +119,7 @@ func TestCPDecodeErrors(t *testing.T) {
 	// A product past int64 is refused, not wrapped: a page of 2^40 fp8
 	// tokens of one layer, head and element.
 	huge := Descriptor{Layers: []int{0}, KVHeads: 1, HeadDims: []int{1}, Dtype: "fp8", ItemSize: 1, PageSize: 1 << 40}
-	_, err = New(testDomain, huge, Layout{Name: "PLHD", Order: "C T L H D"}, []Part{{Layers: []int{0}, HeadCount: 1,
+	_, err = New(testDomain, huge, PartLayout{Name: "PLHD", Order: "C T L H D"}, []Part{{Layers: []int{0}, HeadCount: 1,
 		TokenSet: TokenSet{CPSize: 1 << 39, Interleave: 1 << 39}}})
 	require.EqualError(t, err, "manifest part 0 cp_size 549755813888 x interleave 549755813888 does not divide the page's 1099511627776 tokens")
 
@@ -129,9 +129,9 @@ func TestCPDecodeErrors(t *testing.T) {
 	for r := 0; r < 8; r++ {
 		parts = append(parts, Part{Layers: []int{0, 1}, HeadCount: 1, TokenSet: TokenSet{CPSize: 8, CPRank: r, Interleave: 1}})
 	}
-	_, err = New(testDomain, cpDesc(), Layout{Name: "tsplit", Order: "C T/4 L H T%4 D"}, parts)
+	_, err = New(testDomain, cpDesc(), PartLayout{Name: "tsplit", Order: "C T/4 L H T%4 D"}, parts)
 	require.EqualError(t, err, `manifest layout "tsplit" splits T by 4, which does not divide the 2 tokens a part of cp_size 8 holds`)
-	_, err = New(testDomain, cpDesc(), Layout{Name: "tsplit", Order: "C T/4 L H T%4 D"}, parts[:4:4])
+	_, err = New(testDomain, cpDesc(), PartLayout{Name: "tsplit", Order: "C T/4 L H T%4 D"}, parts[:4:4])
 	require.Error(t, err)
 }
 

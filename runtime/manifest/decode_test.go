@@ -155,11 +155,11 @@ func FuzzDecode(f *testing.F) {
 	for _, build := range []func() (*Manifest, error){
 		func() (*Manifest, error) {
 			d := Descriptor{Layers: []int{0, 1, 2}, KVHeads: 1, HeadDims: []int{64}, Dtype: "fp8", ItemSize: 1, PageSize: 16}
-			return New(testDomain, d, Layout{Name: "xblock", Order: "C L H D/8 T D%8"}, []Part{{Layers: []int{0, 1, 2}, HeadCount: 1}})
+			return New(testDomain, d, PartLayout{Name: "xblock", Order: "C L H D/8 T D%8"}, []Part{{Layers: []int{0, 1, 2}, HeadCount: 1}})
 		},
 		func() (*Manifest, error) {
 			d := Descriptor{Layers: []int{0, 1, 2, 3, 4, 5, 6, 7, 8}, KVHeads: 2, HeadDims: []int{64, 32}, Dtype: "fp32", ItemSize: 4, PageSize: 8}
-			return New(testDomain, d, Layout{Name: "HPLD", Order: "C H T L D"}, []Part{
+			return New(testDomain, d, PartLayout{Name: "HPLD", Order: "C H T L D"}, []Part{
 				{Layers: []int{0, 1, 2, 3}, HeadStart: 0, HeadCount: 1},
 				{Layers: []int{0, 1, 2, 3}, HeadStart: 1, HeadCount: 1},
 				{Layers: []int{4, 5, 6}, HeadStart: 0, HeadCount: 2},
@@ -170,7 +170,7 @@ func FuzzDecode(f *testing.F) {
 		func() (*Manifest, error) {
 			// MTP: the last of the page's layers is a draft layer.
 			d := Descriptor{Layers: []int{0, 1, 2, 3, 4}, KVHeads: 2, HeadDims: []int{8, 8}, Dtype: "bf16", ItemSize: 2, PageSize: 4, DraftLayers: 1}
-			return New(testDomain, d, Layout{Name: "LPHD", Order: "C L T H D"}, []Part{
+			return New(testDomain, d, PartLayout{Name: "LPHD", Order: "C L T H D"}, []Part{
 				{Layers: []int{0, 1}, HeadCount: 2},
 				{Layers: []int{2, 3, 4}, HeadCount: 2},
 			})

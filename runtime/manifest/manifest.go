@@ -50,9 +50,9 @@ const MaxSize = 1 << 20
 // parts is past MaxSize. Writers check it before they build the parts.
 const MaxParts = MaxSize / (len(`{"cp_rank":0,"cp_size":1,"head_count":1,"head_start":0,"interleave":1,"layers":[0]}`) + 1)
 
-// Layout is a part layout: its name and its canonical order text, for
+// PartLayout is a part layout: its name and its canonical order text, for
 // example "C T L H D" or "C L H D/8 T D%8". It has no slot axis S.
-type Layout struct {
+type PartLayout struct {
 	Name  string `json:"name"`
 	Order string `json:"order"`
 }
@@ -183,12 +183,12 @@ func SortParts(parts []Part) { slices.SortStableFunc(parts, ComparePart) }
 type Manifest struct {
 	Domain     string     `json:"model_domain"`
 	Descriptor Descriptor `json:"descriptor"`
-	Layout     Layout     `json:"layout"`
+	Layout     PartLayout     `json:"layout"`
 	Parts      []Part     `json:"parts"`
 
 	enc    []byte
 	digest string
-	id     string // LayoutID, computed once: readers ask for it per page
+	id     string // ID, computed once: readers ask for it per page
 	key    string // Key, likewise
 }
 
@@ -197,7 +197,7 @@ type Manifest struct {
 // parts into their derived order (so part indices in errors and in the
 // result are in that order), rewrites the layout's order in canonical form,
 // and validates everything Decode does, its MaxSize limit included.
-func New(domain string, d Descriptor, l Layout, parts []Part) (*Manifest, error) {
+func New(domain string, d Descriptor, l PartLayout, parts []Part) (*Manifest, error) {
 	if len(parts) > MaxParts {
 		return nil, fmt.Errorf("manifest has %d parts; readers accept at most %d", len(parts), MaxParts)
 	}
@@ -472,9 +472,9 @@ func (m *Manifest) Digest() string {
 	return m.digest
 }
 
-// LayoutID returns "sha256:" + Digest(): the id that templates are cached
+// ID returns "sha256:" + Digest(): the id that templates are cached
 // by.
-func (m *Manifest) LayoutID() string {
+func (m *Manifest) ID() string {
 	if m.id != "" {
 		return m.id
 	}

@@ -33,7 +33,7 @@ var testDomain = testModel().Domain()
 // testManifest is TP 2 x PP 2 of testModel, given out of order.
 func testManifest(t *testing.T) *Manifest {
 	t.Helper()
-	m, err := New(testDomain, testModel().Descriptor, Layout{Name: "PLHD", Order: "C T L H D"}, []Part{
+	m, err := New(testDomain, testModel().Descriptor, PartLayout{Name: "PLHD", Order: "C T L H D"}, []Part{
 		{Layers: []int{2, 3}, HeadStart: 1, HeadCount: 1},
 		{Layers: []int{0, 1}, HeadStart: 1, HeadCount: 1},
 		{Layers: []int{2, 3}, HeadStart: 0, HeadCount: 1},
@@ -55,7 +55,7 @@ func TestEncodeGolden(t *testing.T) {
 	require.Equal(t, golden(), string(m.Encode()))
 	sum := sha256.Sum256([]byte(golden()))
 	require.Equal(t, hex.EncodeToString(sum[:]), m.Digest())
-	require.Equal(t, "sha256:"+m.Digest(), m.LayoutID())
+	require.Equal(t, "sha256:"+m.Digest(), m.ID())
 	require.Equal(t, "kv/"+testDomain+"/manifests/"+m.Digest(), m.Key())
 
 	// The same bytes as a generic encoder that sorts keys and adds no
@@ -77,7 +77,7 @@ func TestEncodeIsACopy(t *testing.T) {
 func TestPartOrderIsDerived(t *testing.T) {
 	a := testManifest(t)
 	d := testModel().Descriptor
-	l := Layout{Name: "PLHD", Order: "C T L H D"}
+	l := PartLayout{Name: "PLHD", Order: "C T L H D"}
 	parts := []Part{
 		{Layers: []int{0, 1}, HeadStart: 0, HeadCount: 1},
 		{Layers: []int{0, 1}, HeadStart: 1, HeadCount: 1},
@@ -92,7 +92,7 @@ func TestPartOrderIsDerived(t *testing.T) {
 		b, err := New(testDomain, d, l, in)
 		require.NoError(t, err)
 		require.Equal(t, a.Encode(), b.Encode())
-		require.Equal(t, a.LayoutID(), b.LayoutID())
+		require.Equal(t, a.ID(), b.ID())
 		for i := range parts {
 			want := parts[i]
 			want.TokenSet = TokenSet{CPSize: 1, Interleave: 1} // New stores the zero token set as every token
@@ -104,7 +104,7 @@ func TestPartOrderIsDerived(t *testing.T) {
 func TestNewCopiesAndCanonicalizes(t *testing.T) {
 	d := testModel().Descriptor
 	parts := []Part{{Layers: []int{0, 1, 2, 3}, HeadStart: 0, HeadCount: 2}}
-	m, err := New(testDomain, d, Layout{Name: "PLHD", Order: "  C T  L H\tD "}, parts)
+	m, err := New(testDomain, d, PartLayout{Name: "PLHD", Order: "  C T  L H\tD "}, parts)
 	require.NoError(t, err)
 	require.Equal(t, "C T L H D", m.Layout.Order)
 	parts[0].Layers[0] = 9
@@ -133,12 +133,12 @@ func TestPartBytesAndPartOf(t *testing.T) {
 
 	// K and V head dims differ; MLA has one component.
 	d := Descriptor{Layers: []int{5, 7}, KVHeads: 4, HeadDims: []int{64, 32}, Dtype: "fp32", ItemSize: 4, PageSize: 8}
-	m, err := New(testDomain, d, Layout{Name: "HPLD", Order: "C H T L D"}, []Part{{Layers: []int{5, 7}, HeadStart: 0, HeadCount: 4}})
+	m, err := New(testDomain, d, PartLayout{Name: "HPLD", Order: "C H T L D"}, []Part{{Layers: []int{5, 7}, HeadStart: 0, HeadCount: 4}})
 	require.NoError(t, err)
 	require.Equal(t, 8*2*4*(64+32)*4, m.PartBytes(0))
 	require.Equal(t, 8*2*4*(64+32)*4, d.PageBytes())
 	d = Descriptor{Layers: []int{0}, KVHeads: 1, HeadDims: []int{576}, Dtype: "fp8", ItemSize: 1, PageSize: 64}
-	m, err = New(testDomain, d, Layout{Name: "PLHD", Order: "C T L H D"}, []Part{{Layers: []int{0}, HeadStart: 0, HeadCount: 1}})
+	m, err = New(testDomain, d, PartLayout{Name: "PLHD", Order: "C T L H D"}, []Part{{Layers: []int{0}, HeadStart: 0, HeadCount: 1}})
 	require.NoError(t, err)
 	require.Equal(t, 64*576, m.PartBytes(0))
 }
@@ -229,12 +229,12 @@ func TestDomain(t *testing.T) {
 // manifests differ.
 func TestDomainExcludesTopology(t *testing.T) {
 	d := testModel().Descriptor
-	tp1pp2, err := New(testDomain, d, Layout{Name: "PLHD", Order: "C T L H D"}, []Part{
+	tp1pp2, err := New(testDomain, d, PartLayout{Name: "PLHD", Order: "C T L H D"}, []Part{
 		{Layers: []int{0, 1}, HeadStart: 0, HeadCount: 2},
 		{Layers: []int{2, 3}, HeadStart: 0, HeadCount: 2},
 	})
 	require.NoError(t, err)
-	tp2pp1, err := New(testDomain, d, Layout{Name: "HPLD", Order: "C H T L D"}, []Part{
+	tp2pp1, err := New(testDomain, d, PartLayout{Name: "HPLD", Order: "C H T L D"}, []Part{
 		{Layers: []int{0, 1, 2, 3}, HeadStart: 0, HeadCount: 1},
 		{Layers: []int{0, 1, 2, 3}, HeadStart: 1, HeadCount: 1},
 	})
@@ -257,26 +257,26 @@ func TestPageKey(t *testing.T) {
 
 func TestNewErrors(t *testing.T) {
 	d := testModel().Descriptor
-	plhd := Layout{Name: "PLHD", Order: "C T L H D"}
+	plhd := PartLayout{Name: "PLHD", Order: "C T L H D"}
 	all := []Part{{Layers: []int{0, 1, 2, 3}, HeadStart: 0, HeadCount: 2}}
 	for _, tc := range []struct {
 		domain string
 		edit   func(d *Descriptor)
-		layout Layout
+		layout PartLayout
 		parts  []Part
 		err    string
 	}{
 		{domain: "abc", err: `manifest model domain "abc" is not a lowercase hex sha-256 digest`},
 		{domain: strings.ToUpper(testDomain), err: fmt.Sprintf("manifest model domain %q is not a lowercase hex sha-256 digest", strings.ToUpper(testDomain))},
 		{edit: func(d *Descriptor) { d.KVHeads = 0 }, err: "manifest descriptor kv_heads is 0; it must be positive"},
-		{layout: Layout{Name: "page_first", Order: "C S T L H D"},
+		{layout: PartLayout{Name: "page_first", Order: "C S T L H D"},
 			err: `manifest layout "page_first": order "C S T L H D": column 3: part layout page_first has a slot axis S; only pool layouts have one`},
-		{layout: Layout{Name: "X", Order: "C T L H"}, err: `manifest layout "X": order "C T L H": layout X is missing axis D`},
-		{layout: Layout{Name: "vllm", Order: "L C T H D"}, edit: func(d *Descriptor) { d.HeadDims = []int{4, 8} },
+		{layout: PartLayout{Name: "X", Order: "C T L H"}, err: `manifest layout "X": order "C T L H": layout X is missing axis D`},
+		{layout: PartLayout{Name: "vllm", Order: "L C T H D"}, edit: func(d *Descriptor) { d.HeadDims = []int{4, 8} },
 			err: `manifest layout "vllm" has k and v head dims 4 and 8, so C must be its outermost axis`},
-		{layout: Layout{Name: "xblock", Order: "C L H D/8 T D%8"},
+		{layout: PartLayout{Name: "xblock", Order: "C L H D/8 T D%8"},
 			err: `manifest layout "xblock" splits D by 8, which does not divide the k head dim 4`},
-		{layout: Layout{Name: "tblock", Order: "C T/4 L H D T%4"},
+		{layout: PartLayout{Name: "tblock", Order: "C T/4 L H D T%4"},
 			err: `manifest layout "tblock" splits T by 4, which does not divide page_size 2`},
 		{parts: []Part{}, err: "manifest has no parts"},
 		{parts: []Part{{Layers: nil, HeadCount: 2}}, err: "manifest part 0 has no layers"},
@@ -320,7 +320,7 @@ func TestNewErrors(t *testing.T) {
 func TestNewSplitLayouts(t *testing.T) {
 	d := Descriptor{Layers: []int{0, 1}, KVHeads: 2, HeadDims: []int{16, 16}, Dtype: "fp16", ItemSize: 2, PageSize: 8}
 	for _, order := range []string{"C L H D/8 T D%8", "L C H T D", "C T/4 L H D T%4"} {
-		_, err := New(testDomain, d, Layout{Name: "custom", Order: order}, []Part{{Layers: []int{0, 1}, HeadCount: 2}})
+		_, err := New(testDomain, d, PartLayout{Name: "custom", Order: order}, []Part{{Layers: []int{0, 1}, HeadCount: 2}})
 		require.NoError(t, err, order)
 	}
 }
@@ -343,7 +343,7 @@ func sizeManifest(n, heads int) (Descriptor, []Part) {
 // encodedLen is the length of a manifest's JSON, measured with
 // encoding/json: its keys come in another order, but its bytes are as
 // many as the canonical encoding's.
-func encodedLen(t *testing.T, d Descriptor, l Layout, parts []Part) int {
+func encodedLen(t *testing.T, d Descriptor, l PartLayout, parts []Part) int {
 	t.Helper()
 	b, err := json.Marshal(&Manifest{Domain: testDomain, Descriptor: d, Layout: l, Parts: parts})
 	require.NoError(t, err)
@@ -354,7 +354,7 @@ func encodedLen(t *testing.T, d Descriptor, l Layout, parts []Part) int {
 // TP 64 with 4096 layers made 1.26 MB that no reader accepted), and a
 // manifest of exactly MaxSize bytes is made and decoded.
 func TestNewRefusesWhatDecodeRefuses(t *testing.T) {
-	l := Layout{Name: "PLHD", Order: "C T L H D"}
+	l := PartLayout{Name: "PLHD", Order: "C T L H D"}
 	d, parts := sizeManifest(4096, 64)
 	n := encodedLen(t, d, l, parts)
 	require.Greater(t, n, MaxSize)
@@ -367,23 +367,23 @@ func TestNewRefusesWhatDecodeRefuses(t *testing.T) {
 	for lo+1 < hi {
 		mid := (lo + hi) / 2
 		d, parts := sizeManifest(mid, 1)
-		if encodedLen(t, d, Layout{Name: "P", Order: l.Order}, parts) <= MaxSize {
+		if encodedLen(t, d, PartLayout{Name: "P", Order: l.Order}, parts) <= MaxSize {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
 	d, parts = sizeManifest(lo, 1)
-	pad := MaxSize - encodedLen(t, d, Layout{Name: "P", Order: l.Order}, parts)
+	pad := MaxSize - encodedLen(t, d, PartLayout{Name: "P", Order: l.Order}, parts)
 	require.Less(t, pad, MaxLayoutText)
-	exact := Layout{Name: "P" + strings.Repeat("x", pad), Order: l.Order}
+	exact := PartLayout{Name: "P" + strings.Repeat("x", pad), Order: l.Order}
 	m, err := New(testDomain, d, exact, parts)
 	require.NoError(t, err)
 	require.Len(t, m.Encode(), MaxSize)
 	_, err = Decode(m.Encode(), m.Key(), testDomain)
 	require.NoError(t, err)
 
-	over := Layout{Name: exact.Name + "x", Order: l.Order}
+	over := PartLayout{Name: exact.Name + "x", Order: l.Order}
 	_, err = New(testDomain, d, over, parts)
 	require.EqualError(t, err, fmt.Sprintf("manifest of 1 part is %d bytes encoded; readers accept at most %d", MaxSize+1, MaxSize))
 	_, err = Decode([]byte(strings.Replace(string(m.Encode()), exact.Name, over.Name, 1)), "", testDomain)
@@ -401,11 +401,11 @@ func TestMaxParts(t *testing.T) {
 	for i := range parts {
 		parts[i] = Part{Layers: []int{i}, HeadCount: 1}
 	}
-	_, err = New(testDomain, d, Layout{Name: "PLHD", Order: "C T L H D"}, parts)
+	_, err = New(testDomain, d, PartLayout{Name: "PLHD", Order: "C T L H D"}, parts)
 	require.EqualError(t, err, fmt.Sprintf("manifest has %d parts; readers accept at most %d", MaxParts+1, MaxParts))
 	// As many parts, one fewer: too long all the same.
 	d, _ = sizeManifest(MaxParts, 1)
-	_, err = New(testDomain, d, Layout{Name: "PLHD", Order: "C T L H D"}, parts[:MaxParts])
+	_, err = New(testDomain, d, PartLayout{Name: "PLHD", Order: "C T L H D"}, parts[:MaxParts])
 	require.ErrorContains(t, err, fmt.Sprintf("manifest of %d parts is ", MaxParts))
 }
 
@@ -423,7 +423,7 @@ func TestDraftLayers(t *testing.T) {
 	require.NotEqual(t, testDomain, m.Domain())
 
 	domain := m.Domain()
-	mf, err := New(domain, m.Descriptor, Layout{Name: "PLHD", Order: "C T L H D"}, []Part{
+	mf, err := New(domain, m.Descriptor, PartLayout{Name: "PLHD", Order: "C T L H D"}, []Part{
 		{Layers: []int{0, 1}, HeadCount: 2},
 		{Layers: []int{2, 3}, HeadCount: 2},
 	})

@@ -52,7 +52,7 @@ func TestCPWriters(t *testing.T) {
 		} {
 			parts, err := top.Parts(d)
 			require.NoError(t, err)
-			m, err := manifest.New(domain, *d, manifest.Layout{Name: "PLHD", Order: "C T L H D"}, parts)
+			m, err := manifest.New(domain, *d, manifest.PartLayout{Name: "PLHD", Order: "C T L H D"}, parts)
 			require.NoError(t, err, "%+v", top)
 			require.Equal(t, parts, m.Parts)
 			writers := make([]int, len(parts))

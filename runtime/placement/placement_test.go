@@ -177,7 +177,7 @@ func TestConsistent(t *testing.T) {
 						continue
 					}
 					require.NoError(t, err, "%+v heads %d", top, heads)
-					m, err := manifest.New(domain, *d, manifest.Layout{Name: "PLHD", Order: "C T L H D"}, parts)
+					m, err := manifest.New(domain, *d, manifest.PartLayout{Name: "PLHD", Order: "C T L H D"}, parts)
 					require.NoError(t, err, "%+v heads %d", top, heads)
 					require.Equal(t, parts, m.Parts)
 					writers := make([]int, len(parts))
@@ -233,7 +233,7 @@ func TestReferenceParts(t *testing.T) {
 			Dtype: tc.dtype, ItemSize: tc.item, PageSize: tc.pageT}
 		parts, err := tc.top.Parts(d)
 		require.NoError(t, err, tc.name)
-		m, err := manifest.New(domain, *d, manifest.Layout{Name: "PLHD", Order: "C T L H D"}, parts)
+		m, err := manifest.New(domain, *d, manifest.PartLayout{Name: "PLHD", Order: "C T L H D"}, parts)
 		require.NoError(t, err, tc.name)
 		var got []part
 		for i, p := range m.Parts {

@@ -99,7 +99,7 @@ func TestVerifyErrors(t *testing.T) {
 			for _, op := range c.ops {
 				bytes += op.Len
 			}
-			err := p.Verify(&plan.Plan{LayoutID: m.LayoutID(), Manifest: m, Ops: c.ops, Bytes: bytes})
+			err := p.Verify(&plan.Plan{ManifestID: m.ID(), Manifest: m, Ops: c.ops, Bytes: bytes})
 			require.ErrorIs(t, err, c.is)
 			require.EqualError(t, err, c.want)
 			for _, other := range []error{plan.ErrAlignment, plan.ErrBounds, plan.ErrOverlap, plan.ErrCoverage, plan.ErrLimit} {
@@ -112,7 +112,7 @@ func TestVerifyErrors(t *testing.T) {
 
 	t.Run("a plan that claims fewer bytes than its ops write", func(t *testing.T) {
 		_, p := smallPool(t, 3, plan.Options{MaxBytes: 64})
-		lie := &plan.Plan{LayoutID: m.LayoutID(), Manifest: m, Ops: good.Ops, Bytes: 64}
+		lie := &plan.Plan{ManifestID: m.ID(), Manifest: m, Ops: good.Ops, Bytes: 64}
 		err := p.Verify(lie)
 		require.ErrorIs(t, err, plan.ErrCoverage)
 		require.EqualError(t, err, "plan does not cover the requirement: the plan says 64 bytes but its ops write 128")
@@ -193,7 +193,7 @@ func TestIncompatibleManifest(t *testing.T) {
 			pl, err := build(other)
 			require.Nil(t, pl)
 			require.ErrorIs(t, err, plan.ErrIncompatible)
-			require.EqualError(t, err, "manifest does not match the reader's model: manifest "+other.LayoutID()+" describes another page geometry")
+			require.EqualError(t, err, "manifest does not match the reader's model: manifest "+other.ID()+" describes another page geometry")
 		}
 	}
 }

@@ -28,7 +28,7 @@ type Op struct {
 // Plan is the ops of one page for one reader rank, proven to cover exactly
 // the rank's share of the page, with no destination byte written twice.
 type Plan struct {
-	LayoutID string
+	ManifestID string
 	Manifest *manifest.Manifest
 	Ops      []Op
 	Bytes    int
@@ -236,14 +236,14 @@ func Layout(m *manifest.Manifest) (*ir.Layout, error) {
 func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 	d := p.geo.Desc
 	if !sameDescriptor(&m.Descriptor, d) {
-		return nil, fmt.Errorf("%w: manifest %s describes another page geometry", ErrIncompatible, m.LayoutID())
+		return nil, fmt.Errorf("%w: manifest %s describes another page geometry", ErrIncompatible, m.ID())
 	}
 	k, err := p.kernelsFor(m)
 	if err != nil {
 		return nil, err
 	}
 	interp := k.Origin == "interpreter"
-	pl := &Plan{LayoutID: m.LayoutID(), Manifest: m, Interpreted: interp}
+	pl := &Plan{ManifestID: m.ID(), Manifest: m, Interpreted: interp}
 	if interp {
 		p.fallbacks.Add(1)
 	}
@@ -253,7 +253,7 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 		ItemSize: d.ItemSize,
 		PageSize: d.PageSize,
 		Dims:     d.HeadDims,
-		Dst:      kernel.Side{Layers: len(b.Layers), Heads: b.Heads, Slots: b.Slots, Tokens: bt.Tokens(d.PageSize)},
+		Dst:      kernel.Buffer{Layers: len(b.Layers), Heads: b.Heads, Slots: b.Slots, Tokens: bt.Tokens(d.PageSize)},
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
@@ -270,7 +270,7 @@ func (p *Planner) Build(m *manifest.Manifest) (*Plan, error) {
 			continue
 		}
 		pt, pk := part.TokenSet.Norm(), k
-		prob.Src = kernel.Side{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true, Tokens: pt.Tokens(d.PageSize)}
+		prob.Src = kernel.Buffer{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true, Tokens: pt.Tokens(d.PageSize)}
 		if pt.Same(bt) {
 			// Both sides hold the same tokens, in the same order: the
 			// problem of a page of that many tokens, for any kernel.

@@ -92,7 +92,7 @@ func (s *scenario) check(t *testing.T) (*manifest.Manifest, *plan.Planner, *plan
 func checkPlan(t *testing.T, name string, m *manifest.Manifest, p *plan.Planner, tpl *plan.Plan, slot int) {
 	t.Helper()
 	g := p.Geometry()
-	require.Equal(t, m.LayoutID(), tpl.LayoutID, name)
+	require.Equal(t, m.ID(), tpl.ManifestID, name)
 	require.Equal(t, g.PageBytes, tpl.Bytes, name)
 	seed := content.Seed("page/" + name)
 	parts := fillParts(t, m, seed)
@@ -125,7 +125,7 @@ func elementMap(t testing.TB, m *manifest.Manifest, g *plan.Geometry, slot int) 
 	src, err := plan.Layout(m)
 	require.NoError(t, err)
 	d := &m.Descriptor
-	kg := kerneltest.Geometry{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
+	kg := kerneltest.Shape{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
 	dst := &kerneltest.Buffer{Layout: g.Layout, Layers: g.Layers, HeadStart: g.HeadStart, Heads: g.Heads, Slots: g.Slots, Slot: slot,
 		CP: g.Tokens.CPSize, CPRank: g.Tokens.CPRank, Interleave: g.Tokens.Interleave}
 	var out []elem

@@ -21,7 +21,7 @@ func ManifestFor(domain string, d *manifest.Descriptor, t placement.Topology, l 
 	if err != nil {
 		return nil, err
 	}
-	return manifest.New(domain, *d, manifest.Layout{Name: l.Name, Order: l.Order()}, parts)
+	return manifest.New(domain, *d, manifest.PartLayout{Name: l.Name, Order: l.Order()}, parts)
 }
 
 // BindingFor returns the binding of rank r of topology t: its share of each

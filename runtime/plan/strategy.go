@@ -108,9 +108,9 @@ type partCopy struct {
 	bytes int // bytes the kernel moves
 }
 
-// Pair names the layout pair whose copy kernel moves part i of a staged
+// CopyKernel names the layout pair whose copy kernel moves part i of a staged
 // plan, or "" when no read of part i uses a kernel.
-func (pl *Plan) Pair(part int) string {
+func (pl *Plan) CopyKernel(part int) string {
 	if part < 0 || part >= len(pl.copies) || pl.copies[part] == nil {
 		return ""
 	}
@@ -213,7 +213,7 @@ func better(a, b *Plan) bool {
 
 // derived returns an empty plan of strategy s over ops, with d's page.
 func derived(d *Plan, s Strategy, ops []Op) *Plan {
-	return &Plan{LayoutID: d.LayoutID, Manifest: d.Manifest, Ops: ops, Bytes: d.Bytes, Interpreted: d.Interpreted, Strategy: s}
+	return &Plan{ManifestID: d.ManifestID, Manifest: d.Manifest, Ops: ops, Bytes: d.Bytes, Interpreted: d.Interpreted, Strategy: s}
 }
 
 // sourceOrder returns the ops sorted by part and source offset: runs that
@@ -387,8 +387,8 @@ func (p *Planner) partCopy(m *manifest.Manifest, k *kernel.Kernels, i int) *part
 		ItemSize: d.ItemSize,
 		PageSize: tokens,
 		Dims:     d.HeadDims,
-		Src:      kernel.Side{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true, Tokens: tokens},
-		Dst:      kernel.Side{Layers: len(b.Layers), Heads: b.Heads, Slots: b.Slots, Tokens: bt.Tokens(d.PageSize)},
+		Src:      kernel.Buffer{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true, Tokens: tokens},
+		Dst:      kernel.Buffer{Layers: len(b.Layers), Heads: b.Heads, Slots: b.Slots, Tokens: bt.Tokens(d.PageSize)},
 		Layers:   commonLayers(nil, part.Layers, b.Layers),
 	}}
 	if !same || h1 <= h0 || len(cp.prob.Layers) == 0 {

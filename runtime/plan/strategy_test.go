@@ -295,9 +295,9 @@ func TestStrategies70B(t *testing.T) {
 		require.Equal(t, 2621440, pl.Bytes)
 		require.Equal(t, x.read, pl.ReadBytes, "%+v", x.opts)
 		require.Equal(t, x.rounds, pl.Rounds, "%+v", x.opts)
-		require.Equal(t, x.kernel, pl.Pair(0) != "")
+		require.Equal(t, x.kernel, pl.CopyKernel(0) != "")
 		if x.kernel {
-			require.Equal(t, "part(C T L H D) -> pool(C S T L H D)", pl.Pair(1))
+			require.Equal(t, "part(C T L H D) -> pool(C S T L H D)", pl.CopyKernel(1))
 			require.Equal(t, 2*2621440, pl.StageBytes)
 		}
 	}

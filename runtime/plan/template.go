@@ -10,7 +10,7 @@ import (
 // the template cache when it has one for m's layout id. Offsets are relative
 // to the page's slot: Instantiate places a template at a slot.
 func (p *Planner) Template(m *manifest.Manifest) (*Plan, error) {
-	id := m.LayoutID()
+	id := m.ID()
 	if pl, ok := p.templates.Get(id); ok {
 		return pl, nil
 	}

@@ -85,7 +85,7 @@ func TestTemplateLRU(t *testing.T) {
 	get := func(i int) *plan.Plan {
 		tpl, err := p.Template(ms[i])
 		require.NoError(t, err)
-		require.Equal(t, ms[i].LayoutID(), tpl.LayoutID)
+		require.Equal(t, ms[i].ID(), tpl.ManifestID)
 		return tpl
 	}
 	t0, t1 := get(0), get(1)
@@ -202,7 +202,7 @@ func TestMixedLayouts(t *testing.T) {
 			for i, w := range writers {
 				m, err := plan.ManifestFor(model.Domain(), &d, w.top, builtin(t, w.layout))
 				require.NoError(t, err)
-				ids[m.LayoutID()] = true
+				ids[m.ID()] = true
 				tpl, err := p.Template(m)
 				require.NoError(t, err)
 				tpls = append(tpls, tpl)

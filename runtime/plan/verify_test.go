@@ -18,7 +18,7 @@ func fillParts(t *testing.T, m *manifest.Manifest, seed uint64) [][]byte {
 	src, err := plan.Layout(m)
 	require.NoError(t, err)
 	d := &m.Descriptor
-	g := kerneltest.Geometry{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
+	g := kerneltest.Shape{ItemSize: d.ItemSize, PageSize: d.PageSize, Dims: d.HeadDims}
 	var parts [][]byte
 	for i, p := range m.Parts {
 		b := &kerneltest.Buffer{Layout: src, Layers: p.Layers, HeadStart: p.HeadStart, Heads: p.HeadCount, Slots: 1, Packed: true,

@@ -67,8 +67,8 @@ func NewWritePlan(m *manifest.Manifest, i int, b Binding, requireCompiled bool) 
 		ItemSize: d.ItemSize,
 		PageSize: part.Tokens(d.PageSize),
 		Dims:     d.HeadDims,
-		Src:      kernel.Side{Layers: len(b.Layers), Heads: b.Heads, Slots: g.Slots},
-		Dst:      kernel.Side{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true},
+		Src:      kernel.Buffer{Layers: len(b.Layers), Heads: b.Heads, Slots: g.Slots},
+		Dst:      kernel.Buffer{Layers: len(part.Layers), Heads: part.HeadCount, Slots: 1, Packed: true},
 		Layers:   commonLayers(nil, b.Layers, part.Layers),
 		Heads:    b.Heads,
 	}

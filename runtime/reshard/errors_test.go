@@ -80,7 +80,7 @@ func TestCompletePageKeepsStoredLayout(t *testing.T) {
 			require.NoError(t, res.Stop)
 			tpl, err := rd.Planner().Template(first)
 			require.NoError(t, err)
-			require.Equal(t, first.LayoutID(), tpl.LayoutID)
+			require.Equal(t, first.ID(), tpl.ManifestID)
 			require.Equal(t, reshard.Result{Hit: 3, Bytes: 3 * rd.Geometry().PageBytes, Ops: 3 * len(tpl.Ops)}, res)
 			checkPool(t, rd.Geometry(), before, regions, keys, slots, 3)
 		}
@@ -295,8 +295,8 @@ func TestObjectDoesNotMatchManifest(t *testing.T) {
 		sizes []int
 		err   string
 	}{
-		{"part count", sizes[:2], fmt.Sprintf("object has 2 parts; manifest %s has 4", m.LayoutID())},
-		{"part size", []int{sizes[0], sizes[1], sizes[2] - 2, sizes[3]}, fmt.Sprintf("object part 2 has %d bytes; manifest %s says %d, with its checksums", sizes[2]-2, m.LayoutID(), sizes[2])},
+		{"part count", sizes[:2], fmt.Sprintf("object has 2 parts; manifest %s has 4", m.ID())},
+		{"part size", []int{sizes[0], sizes[1], sizes[2] - 2, sizes[3]}, fmt.Sprintf("object part 2 has %d bytes; manifest %s says %d, with its checksums", sizes[2]-2, m.ID(), sizes[2])},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -418,7 +418,7 @@ func TestManifestOfAnotherGeometry(t *testing.T) {
 		before := clone(regions)
 		res, err := rd.Read(context.Background(), []string{key}, []int{0}, regions)
 		require.NoError(t, err)
-		require.EqualError(t, res.Stop, fmt.Sprintf("page %s: manifest does not match the reader's model: manifest %s describes another page geometry", key, odd.LayoutID()))
+		require.EqualError(t, res.Stop, fmt.Sprintf("page %s: manifest does not match the reader's model: manifest %s describes another page geometry", key, odd.ID()))
 		require.ErrorIs(t, res.Stop, plan.ErrIncompatible)
 		require.Equal(t, 0, res.Hit)
 		require.Zero(t, sp.Calls("ReadRanges"))

@@ -321,11 +321,11 @@ type checkPlan struct {
 // checkedPlan returns the checked plan of template tpl, from the cache when
 // it has it.
 func (r *Reader) checkedPlan(tpl *plan.Plan) (*plan.Plan, error) {
-	if c, ok := r.checkPlans.Get(tpl.LayoutID); ok && c.of == tpl {
+	if c, ok := r.checkPlans.Get(tpl.ManifestID); ok && c.of == tpl {
 		return c.plan, c.err
 	}
 	pl, err := r.planner.Checked(tpl)
-	r.checkPlans.Put(tpl.LayoutID, checkPlan{of: tpl, plan: pl, err: err})
+	r.checkPlans.Put(tpl.ManifestID, checkPlan{of: tpl, plan: pl, err: err})
 	return pl, err
 }
 
@@ -333,11 +333,11 @@ func (r *Reader) checkedPlan(tpl *plan.Plan) (*plan.Plan, error) {
 // each of the size of its data and checksums (partsum.Size).
 func checkObject(m *manifest.Manifest, o store.Object) error {
 	if len(o.PartSizes) != len(m.Parts) {
-		return fmt.Errorf("object has %d parts; manifest %s has %d", len(o.PartSizes), m.LayoutID(), len(m.Parts))
+		return fmt.Errorf("object has %d parts; manifest %s has %d", len(o.PartSizes), m.ID(), len(m.Parts))
 	}
 	for i, n := range o.PartSizes {
 		if want := partsum.Size(m.PartBytes(i)); n != want {
-			return fmt.Errorf("object part %d has %d bytes; manifest %s says %d, with its checksums", i, n, m.LayoutID(), want)
+			return fmt.Errorf("object part %d has %d bytes; manifest %s says %d, with its checksums", i, n, m.ID(), want)
 		}
 	}
 	return nil

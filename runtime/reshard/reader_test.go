@@ -28,7 +28,7 @@ func TestUncompiledLayout(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
 		keys := content.PageKeys("custom", small.Domain(), 3)
 		m := manifestOf(t, small, tp2pp2, custom)
-		require.Equal(t, manifest.Layout{Name: "HLTD", Order: "C H L T D"}, m.Layout)
+		require.Equal(t, manifest.PartLayout{Name: "HLTD", Order: "C H L T D"}, m.Layout)
 		// The writers' pool -> HLTD pair is not compiled either.
 		for r, ss := range writeRanks(t, st, m, tp2pp2, tp2pp2.Ranks(), "page_first", keys) {
 			require.Equal(t, statuses(3, reshard.Written), ss, "rank %v", r)
@@ -213,7 +213,7 @@ func TestThreeLayoutsInOneRequest(t *testing.T) {
 		}
 		ms = append(ms, ms[0])
 		ms = append(ms, writeAll(t, st, small, tp1pp3, "LPHD", keys[4:5]))
-		require.Len(t, map[string]bool{ms[0].LayoutID(): true, ms[1].LayoutID(): true, ms[2].LayoutID(): true, ms[4].LayoutID(): true}, 3)
+		require.Len(t, map[string]bool{ms[0].ID(): true, ms[1].ID(): true, ms[2].ID(): true, ms[4].ID(): true}, 3)
 		for _, topo := range []placement.Topology{tp2pp2, {TP: 1, PP: 2, PPLayers: []int{5, 1}}} {
 			for _, r := range topo.Ranks() {
 				for _, pool := range []string{"page_first", "layer_first", "page_head"} {

@@ -63,14 +63,14 @@ func (b *Buffer) Local(page, p int) (int, bool) {
 	return i, ok
 }
 
-// Geometry is what both sides share.
-type Geometry struct {
+// Shape is what both sides share.
+type Shape struct {
 	ItemSize int
 	PageSize int
 	Dims     []int
 }
 
-func (g *Geometry) extent(b *Buffer, m ir.Mode, c int) int {
+func (g *Shape) extent(b *Buffer, m ir.Mode, c int) int {
 	var n int
 	switch m.Axis {
 	case ir.C:
@@ -97,7 +97,7 @@ func (g *Geometry) extent(b *Buffer, m ir.Mode, c int) int {
 
 // Offset places element (c, layer index, head index, token, d) of b;
 // token is b's local index.
-func (g *Geometry) Offset(b *Buffer, c, li, hi, t, d int) (region int, off int) {
+func (g *Shape) Offset(b *Buffer, c, li, hi, t, d int) (region int, off int) {
 	modes := b.Layout.Modes
 	cOuter := b.Layout.COuter()
 	if cOuter {
@@ -141,7 +141,7 @@ func (g *Geometry) Offset(b *Buffer, c, li, hi, t, d int) (region int, off int) 
 
 // CompBytes is the size of component c's block in b (all of b for a layout
 // whose outermost axis is not C).
-func (g *Geometry) CompBytes(b *Buffer, c int) int {
+func (g *Shape) CompBytes(b *Buffer, c int) int {
 	n := g.ItemSize
 	for _, m := range b.Layout.Modes {
 		if m.Axis == ir.C && b.Layout.COuter() {
@@ -153,7 +153,7 @@ func (g *Geometry) CompBytes(b *Buffer, c int) int {
 }
 
 // Regions returns the size of each region of b.
-func (g *Geometry) Regions(b *Buffer) []int {
+func (g *Shape) Regions(b *Buffer) []int {
 	if !b.Layout.COuter() {
 		return []int{g.CompBytes(b, 0)}
 	}
@@ -173,7 +173,7 @@ func (g *Geometry) Regions(b *Buffer) []int {
 
 // Copy moves every common element from src to dst one element at a time,
 // and fails if any destination byte would be written twice.
-func (g *Geometry) Copy(dst, src *Buffer, dstBufs, srcBufs [][]byte) (moved int, err error) {
+func (g *Shape) Copy(dst, src *Buffer, dstBufs, srcBufs [][]byte) (moved int, err error) {
 	written := make([][]bool, len(dstBufs))
 	for i := range written {
 		written[i] = make([]bool, len(dstBufs[i]))
@@ -204,7 +204,7 @@ func (g *Geometry) Copy(dst, src *Buffer, dstBufs, srcBufs [][]byte) (moved int,
 // be longer (a run is contiguous on both sides), and runs that continue
 // each other on both sides merge, so this is exact, whatever order a kernel
 // walks in.
-func (g *Geometry) MinRuns(dst, src *Buffer) int {
+func (g *Shape) MinRuns(dst, src *Buffer) int {
 	// Where each element of the source went: the destination region and
 	// offset, plus one; 0 for an element not moved.
 	type place struct{ region, off int }
@@ -233,7 +233,7 @@ func (g *Geometry) MinRuns(dst, src *Buffer) int {
 // each calls f for every element both buffers hold: component, layer index
 // on each side, global head, token index on each side and element of the
 // head.
-func (g *Geometry) each(dst, src *Buffer, f func(c, si, di, h, st, dt, d int)) {
+func (g *Shape) each(dst, src *Buffer, f func(c, si, di, h, st, dt, d int)) {
 	for c := range g.Dims {
 		for si, layer := range src.Layers {
 			di := slices.Index(dst.Layers, layer)
@@ -259,13 +259,13 @@ func (g *Geometry) each(dst, src *Buffer, f func(c, si, di, h, st, dt, d int)) {
 // Problem builds the kernel problem for the common elements of src and dst,
 // with runs relative to slot 0. When either buffer holds a share of the
 // tokens, the problem lists the common tokens.
-func (g *Geometry) Problem(src, dst *Buffer) *kernel.Problem {
+func (g *Shape) Problem(src, dst *Buffer) *kernel.Problem {
 	p := &kernel.Problem{
 		ItemSize: g.ItemSize,
 		PageSize: g.PageSize,
 		Dims:     g.Dims,
-		Src:      kernel.Side{Layers: len(src.Layers), Heads: src.Heads, Slots: max(src.Slots, 1), Packed: src.Packed},
-		Dst:      kernel.Side{Layers: len(dst.Layers), Heads: dst.Heads, Slots: max(dst.Slots, 1), Packed: dst.Packed},
+		Src:      kernel.Buffer{Layers: len(src.Layers), Heads: src.Heads, Slots: max(src.Slots, 1), Packed: src.Packed},
+		Dst:      kernel.Buffer{Layers: len(dst.Layers), Heads: dst.Heads, Slots: max(dst.Slots, 1), Packed: dst.Packed},
 	}
 	for si, layer := range src.Layers {
 		if di := slices.Index(dst.Layers, layer); di >= 0 {

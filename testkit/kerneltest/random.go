@@ -14,7 +14,7 @@ import (
 
 // Case is one random transfer between two layouts.
 type Case struct {
-	Geometry
+	Shape
 	Src, Dst Buffer
 }
 
@@ -139,7 +139,7 @@ func lcm(a, b int) int {
 }
 
 // MinRuns is the fewest runs of the case (see Geometry.MinRuns).
-func (c *Case) MinRuns() int { return c.Geometry.MinRuns(&c.Dst, &c.Src) }
+func (c *Case) MinRuns() int { return c.Shape.MinRuns(&c.Dst, &c.Src) }
 
 // LargeCase is a transfer of kernel.StreamBytes or more, so that copy kernels
 // move their rows with kernel.Stream2D: bf16, head dims 128, 64 tokens, 8
@@ -149,7 +149,7 @@ func LargeCase(src, dst *ir.Layout) *Case {
 	tf := lcm(src.SplitOf(ir.T), dst.SplitOf(ir.T))
 	df := lcm(src.SplitOf(ir.D), dst.SplitOf(ir.D))
 	page, dim := (64+tf-1)/tf*tf, (128+df-1)/df*df
-	c := &Case{Geometry: Geometry{ItemSize: 2, PageSize: page, Dims: []int{dim, dim}}}
+	c := &Case{Shape: Shape{ItemSize: 2, PageSize: page, Dims: []int{dim, dim}}}
 	buf := func(l *ir.Layout, headStart, heads int) Buffer {
 		b := Buffer{Layout: l, Layers: []int{0, 1, 2, 3, 4, 5, 6, 7}, HeadStart: headStart, Heads: heads, Slots: 1, Packed: l.Kind == ir.Part}
 		if l.Kind == ir.Pool {
@@ -267,7 +267,7 @@ func (c *Case) Naive(dst, src [][]byte) (int, error) {
 }
 
 // Problem is the kernel problem of the case.
-func (c *Case) Problem() *kernel.Problem { return c.Geometry.Problem(&c.Src, &c.Dst) }
+func (c *Case) Problem() *kernel.Problem { return c.Shape.Problem(&c.Src, &c.Dst) }
 
 // Shift returns region slices that start at each side's slot, so that a
 // copy kernel, which works relative to slot 0, lands on the case's slot.
