@@ -51,7 +51,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // region "stage", dst the offset in the staging buffer and round the
 // staging round, while staging.copies says how their bytes reach the pool.
 type planJSON struct {
-	ManifestID    string           `json:"manifest_id"`
+	ManifestID  string           `json:"manifest_id"`
 	Parts       []partJSON       `json:"parts"`
 	Regions     []regionJSON     `json:"regions"`
 	Ops         []opJSON         `json:"ops"`

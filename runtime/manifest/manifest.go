@@ -183,7 +183,7 @@ func SortParts(parts []Part) { slices.SortStableFunc(parts, ComparePart) }
 type Manifest struct {
 	Domain     string     `json:"model_domain"`
 	Descriptor Descriptor `json:"descriptor"`
-	Layout     PartLayout     `json:"layout"`
+	Layout     PartLayout `json:"layout"`
 	Parts      []Part     `json:"parts"`
 
 	enc    []byte

@@ -29,9 +29,9 @@ type Op struct {
 // the rank's share of the page, with no destination byte written twice.
 type Plan struct {
 	ManifestID string
-	Manifest *manifest.Manifest
-	Ops      []Op
-	Bytes    int
+	Manifest   *manifest.Manifest
+	Ops        []Op
+	Bytes      int
 	// Interpreted is true when a pair of this plan had no compiled kernels
 	// and ran on the interpreter.
 	Interpreted bool
