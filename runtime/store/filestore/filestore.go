@@ -2,12 +2,14 @@
 // processes may use at once, so that a page written by a process that has
 // exited can be read by another. It registers the URL scheme file:
 //
-//	file:///abs/dir             the store in /abs/dir, created if missing
-//	file://localhost/abs/dir    the same
-//	file:///abs/dir?lease=30s   the same with a lease of 30s (Options.Lease)
+//	file:///abs/dir               the store in /abs/dir, created if missing
+//	file://localhost/abs/dir      the same
+//	file:///abs/dir?lease=30s     the same with a lease of 30s (Options.Lease)
+//	file:///abs/dir?lock-wait=1s  the same with a lock wait of 1s (Options.LockWait)
 //
 // The path must be absolute; any other host, and any user, port, query
-// parameter but lease, or fragment, is a *store.URLError.
+// parameter but lease and lock-wait (each at most once), or fragment, is a
+// *store.URLError.
 //
 // # Files
 //
@@ -91,6 +93,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -123,7 +126,7 @@ func openURL(_ context.Context, u *url.URL) (store.Store, error) {
 	case u.Host != "" && u.Host != "localhost":
 		return bad(fmt.Sprintf("host %q is not empty or localhost; write file:///abs/dir, with three slashes", u.Host))
 	case u.ForceQuery && u.RawQuery == "":
-		return bad("empty query string; a file URL takes only ?lease=")
+		return bad("empty query string; a file URL takes only ?lease= and ?lock-wait=")
 	case u.Fragment != "":
 		return bad("a file URL takes no fragment")
 	case u.Path == "":
@@ -131,11 +134,45 @@ func openURL(_ context.Context, u *url.URL) (store.Store, error) {
 	case !filepath.IsAbs(u.Path):
 		return bad(fmt.Sprintf("path %q is not absolute; write file:///abs/dir", u.Path))
 	}
-	lease, err := store.LeaseQuery("file", u.RawQuery)
+	opts, err := parseQuery(u.RawQuery)
 	if err != nil {
 		return bad(err.Error())
 	}
-	return Open(u.Path, Options{Lease: lease})
+	return Open(u.Path, opts)
+}
+
+// parseQuery parses the raw query of a file URL: lease and lock-wait, each
+// at most once, positive Go durations. Its error is the reason of a
+// *store.URLError.
+func parseQuery(rawQuery string) (Options, error) {
+	var opts Options
+	if rawQuery == "" {
+		return opts, nil
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return Options{}, errors.New("cannot parse the query: " + err.Error())
+	}
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		v := q[k]
+		switch {
+		case k != "lease" && k != "lock-wait":
+			return Options{}, fmt.Errorf("unknown parameter %q; a file URL takes only lease and lock-wait", k)
+		case len(v) != 1:
+			return Options{}, fmt.Errorf("%s is given more than once", k)
+		case k == "lease":
+			opts.Lease, err = store.ParseLease(v[0])
+		default:
+			opts.LockWait, err = time.ParseDuration(v[0])
+			if err != nil || opts.LockWait <= 0 {
+				err = fmt.Errorf("lock-wait %q is not a positive duration such as 500ms or 5s", v[0])
+			}
+		}
+		if err != nil {
+			return Options{}, err
+		}
+	}
+	return opts, nil
 }
 
 // Options tune a store.
@@ -151,9 +188,18 @@ type Options struct {
 	// unwritten before a writer of another layout may take the object over;
 	// 0 means store.DefaultLease.
 	Lease time.Duration
+	// LockWait bounds how long a writer waits for a lock that another
+	// writer holds on an object (see the package documentation) before
+	// it gives up on that part; 0 means DefaultLockWait. A context
+	// deadline that comes sooner ends the wait then.
+	LockWait time.Duration
 
 	now func() time.Time // the clock; nil means time.Now (tests set it)
 }
+
+// DefaultLockWait is how long a writer waits for a lock that another writer
+// holds when a store is not told otherwise (Options.LockWait).
+const DefaultLockWait = 5 * time.Second
 
 const (
 	maxObjects       = 1 << 16 // complete objects remembered per process
@@ -170,6 +216,7 @@ type Store struct {
 	sync     bool
 	maxFiles int
 	lease    time.Duration
+	lockWait time.Duration
 	now      func() time.Time
 	closed   atomic.Bool
 
@@ -218,6 +265,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.Lease <= 0 {
 		opts.Lease = store.DefaultLease
 	}
+	if opts.LockWait <= 0 {
+		opts.LockWait = DefaultLockWait
+	}
 	if opts.now == nil {
 		opts.now = time.Now
 	}
@@ -226,6 +276,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		sync:     opts.Sync,
 		maxFiles: opts.MaxOpenFiles,
 		lease:    opts.Lease,
+		lockWait: opts.LockWait,
 		now:      opts.now,
 		objs:     map[string]*object{},
 		files:    map[partID]*openFile{},
