@@ -216,7 +216,7 @@ func TestHostileKeys(t *testing.T) {
 		}
 		return err
 	}))
-	require.Equal(t, 4*len(keys), files) // a claim, a lock, a part and a metadata object each
+	require.Equal(t, 3*len(keys), files) // a claim, a part and a metadata object each
 }
 
 func TestInvalidWrite(t *testing.T) {

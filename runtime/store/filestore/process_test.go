@@ -81,6 +81,23 @@ func TestHelperProcess(t *testing.T) {
 		}
 		s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 0)})
 		fail(fmt.Errorf("part 0 was written"))
+	case "stopped":
+		// args: key. Writes part 1, then begins part 0 and stops itself
+		// (SIGSTOP) in the middle of it, holding the claim's lock shared.
+		// Resumed (SIGCONT), it prints what the write of part 0 gave.
+		l := bigLayout()
+		if err := s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 1)})[0]; err != nil {
+			fail(err)
+		}
+		testHookFragment = func(part, fragment int) {
+			if fragment == 3 {
+				fmt.Println("stopping")
+				if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+					fail(err)
+				}
+			}
+		}
+		fmt.Println(errStrings(s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 0)}))[0])
 	case "partial":
 		// args: key. Writes part 0 of 2 of layout A, then waits to be
 		// killed.
@@ -359,15 +376,18 @@ func TestKilledWriter(t *testing.T) {
 	}
 }
 
-// startUntil starts a helper and waits for it to print line.
-func startUntil(t *testing.T, cmd *exec.Cmd, line string) {
+// startUntil starts a helper and waits for it to print line. It returns
+// the rest of the helper's output.
+func startUntil(t *testing.T, cmd *exec.Cmd, line string) *bufio.Reader {
 	t.Helper()
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	got, err := bufio.NewReader(out).ReadString('\n')
+	r := bufio.NewReader(out)
+	got, err := r.ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, line+"\n", got)
+	return r
 }
 
 func openByURL(t *testing.T, url string) *Store {
@@ -410,32 +430,89 @@ func TestProcessTakeover(t *testing.T) {
 	require.Len(t, entries, 5, "claim, lock and B's 3 parts: %v", entries)
 }
 
-// TestProcessNoTakeoverWhileWriting: while another process is in the middle
-// of writing a part, no lease, however short, and no claim age lets a
-// writer of another layout take the object over. Once it is killed, the
-// object is taken over.
-func TestProcessNoTakeoverWhileWriting(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	const key = "kv_busy"
-	cmd := helper(t, dir, "killed", key) // writes part 1, blocks in part 0
-	startUntil(t, cmd, "blocked")
-	s := openByURL(t, "file://"+dir+"?lease=1ns")
-	age(t, s, key, 1000*time.Hour)
-	for range 3 {
-		require.Equal(t, []error{store.ErrLayoutConflict, store.ErrLayoutConflict, store.ErrLayoutConflict}, s.WriteParts(ctx, layoutB.writeAll(key)))
-	}
-	objs, err := s.Query(ctx, []string{key})
+// objectEntries returns the names of the files in key's object directory.
+func objectEntries(t *testing.T, s *Store, key string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(s.objectDir(key))
 	require.NoError(t, err)
-	require.Equal(t, []store.Object{{}}, objs)
-	gen := claimOf(t, s, key).gen
-	require.FileExists(t, partPath(s.objectDir(key), gen, 1), "the writer's part is kept")
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	require.EqualError(t, cmd.Wait(), "signal: killed")
-	require.Equal(t, []error{nil, nil, nil}, s.WriteParts(ctx, layoutB.writeAll(key)))
-	layoutB.requireStored(t, s, key)
-	require.NoFileExists(t, partPath(s.objectDir(key), gen, 1))
+// TestProcessStoppedWriter stops a writer process (SIGSTOP) in the middle
+// of a part, holding its claim's lock shared. A writer of its layout shares
+// the lock. A writer of another layout is refused until the claim is older
+// than the lease, then waits the lock wait and takes the object over without
+// the lock, and the object completes in its layout. The stopped writer,
+// resumed, finds its claim replaced (whether its temporary file went with
+// the takeover or not) and reports its part refused; the object still
+// reads as the new layout's, and the new claim's time is not touched.
+func TestProcessStoppedWriter(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		keepTemp bool // the stopped writer's temporary file looks fresh to the new layout's writer
+	}{{"temporary file removed", false}, {"temporary file kept", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			const key = "kv_stopped"
+			cmd := helper(t, dir, "stopped", key)
+			cmd.Env = append(cmd.Env, envLease+"=1ms") // it refreshes its claim after every fragment
+			out := startUntil(t, cmd, "stopping")
+			var ws syscall.WaitStatus
+			for {
+				_, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WUNTRACED, nil)
+				if err != syscall.EINTR {
+					require.NoError(t, err)
+					break
+				}
+			}
+			require.True(t, ws.Stopped(), "the writer is not stopped: %v", ws)
+
+			clk := &clock{time.Now()}
+			s, err := Open(dir, Options{Lease: time.Hour, LockWait: 200 * time.Millisecond, now: clk.now})
+			require.NoError(t, err)
+			defer s.Close()
+			oldGen := claimOf(t, s, key).gen
+			tmps, err := filepath.Glob(filepath.Join(s.objectDir(key), ".tmp-*"))
+			require.NoError(t, err)
+			require.Len(t, tmps, 1, "the writer is writing part 0")
+
+			// The same layout shares the lock (a retry of a written part
+			// writes nothing and succeeds).
+			require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{bigLayout().write(key, 1)}))
+			require.Equal(t, []error{store.ErrLayoutConflict, store.ErrLayoutConflict, store.ErrLayoutConflict}, s.WriteParts(ctx, layoutB.writeAll(key)))
+			clk.add(2 * time.Hour)
+			if c.keepTemp {
+				require.NoError(t, os.Chtimes(tmps[0], clk.t, clk.t))
+			}
+			require.Equal(t, []error{nil, nil, nil}, s.WriteParts(ctx, layoutB.writeAll(key)))
+			layoutB.requireStored(t, s, key)
+			gen := claimOf(t, s, key).gen
+			require.NotEqual(t, oldGen, gen)
+			if c.keepTemp {
+				require.FileExists(t, tmps[0])
+			} else {
+				require.NoFileExists(t, tmps[0])
+			}
+
+			require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+			line, err := out.ReadString('\n')
+			require.NoError(t, err)
+			require.Equal(t, store.ErrLayoutConflict.Error()+"\n", line)
+			require.NoError(t, cmd.Wait())
+
+			fresh := openByURL(t, "file://"+dir)
+			layoutB.requireStored(t, fresh, key)
+			fi, err := os.Stat(filepath.Join(s.objectDir(key), "claim"))
+			require.NoError(t, err)
+			require.True(t, clk.t.Equal(fi.ModTime()), "the new claim's time %v is not its writer's %v", fi.ModTime(), clk.t)
+			require.Equal(t, []string{"claim", "lock", "part-" + gen + "-0", "part-" + gen + "-1", "part-" + gen + "-2"}, objectEntries(t, s, key))
+		})
+	}
 }
 
 // TestProcessLowFileLimit: a process whose open-file limit is 40 reads 300
