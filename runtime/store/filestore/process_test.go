@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/kvreshard/kvreshard/runtime/store"
 	"github.com/kvreshard/kvreshard/runtime/store/storetest"
@@ -98,6 +99,22 @@ func TestHelperProcess(t *testing.T) {
 			}
 		}
 		fmt.Println(errStrings(s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 0)}))[0])
+	case "hold":
+		// args: key, the files of its object to lock exclusively (claim,
+		// lock). Holds them until killed, as a writer stopped while it
+		// cleans up or takes the object over would.
+		for _, name := range strings.Split(args[1], ",") {
+			path := filepath.Join(s.objectDir(args[0]), name)
+			fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o666)
+			if err != nil {
+				fail(fmt.Errorf("open %s: %w", path, err))
+			}
+			if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				fail(fmt.Errorf("lock %s: %w", path, err))
+			}
+		}
+		fmt.Println("locked")
+		select {}
 	case "partial":
 		// args: key. Writes part 0 of 2 of layout A, then waits to be
 		// killed.
@@ -430,6 +447,22 @@ func TestProcessTakeover(t *testing.T) {
 	require.Len(t, entries, 5, "claim, lock and B's 3 parts: %v", entries)
 }
 
+// within runs f, failing the test if it has not returned after d: a bound
+// that only catches a hang.
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s: still waiting after %v", what, d)
+	}
+}
+
 // objectEntries returns the names of the files in key's object directory.
 func objectEntries(t *testing.T, s *Store, key string) []string {
 	t.Helper()
@@ -440,6 +473,84 @@ func objectEntries(t *testing.T, s *Store, key string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// TestProcessLockHeld: another process takes a page's claim lock and its
+// lock file exclusively and never lets go, as a writer stopped while it
+// cleans up or takes the page over would. No writer waits for it without
+// bound: a writer of the page's layout fails that part after the lock wait,
+// or at its context's deadline, or when its context is cancelled, and the
+// rest of its batch goes on; a writer of another layout is refused before
+// the lease has passed, and after it takes the page over without the held
+// locks, and the page completes in its layout.
+func TestProcessLockHeld(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const key = "kv_held"
+	clk := newClock()
+	s, err := Open(dir, Options{Lease: time.Hour, LockWait: 200 * time.Millisecond, now: clk.now})
+	require.NoError(t, err)
+	defer s.Close()
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{layoutA.write(key, 1)}))
+	oldGen := claimOf(t, s, key).gen
+	claimPath, lockPath := filepath.Join(s.objectDir(key), "claim"), filepath.Join(s.objectDir(key), "lock")
+	startUntil(t, helper(t, dir, "hold", key, "claim,lock"), "locked")
+
+	// A writer of the page's layout waits the lock wait and fails that
+	// part; the other pages of its batch are written.
+	errs := s.WriteParts(ctx, append([]store.PartWrite{layoutA.write(key, 0)}, layoutA.writeAll("kv_free")...))
+	require.Equal(t, []string{"write kv_held part 0: lock " + claimPath + " is held by another writer; waited 200ms", "<nil>", "<nil>"}, errStrings(errs))
+	layoutA.requireStored(t, s, "kv_free")
+	require.Equal(t, []store.Object{{}}, query(t, s, key))
+
+	// With a lock wait of an hour, a context deadline ends the wait; the
+	// rest of the batch gets the context's error.
+	patient, err := Open(dir, Options{Lease: time.Hour, LockWait: time.Hour, now: clk.now})
+	require.NoError(t, err)
+	defer patient.Close()
+	batch := []store.PartWrite{layoutA.write(key, 0), layoutA.write("kv_late", 0)}
+	for timeout := 100 * time.Millisecond; ; timeout *= 2 {
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		within(t, time.Minute, "a write past its deadline", func() { errs = patient.WriteParts(dctx, batch) })
+		cancel()
+		if errs[0] != context.DeadlineExceeded {
+			break
+		}
+		// The deadline came before the write began (a machine stalled
+		// for all of it): try a later one.
+		require.Less(t, timeout, time.Minute)
+	}
+	require.Equal(t, []string{"write kv_held part 0: lock " + claimPath + " is held by another writer; waited until the context's deadline", "context deadline exceeded"}, errStrings(errs))
+	require.ErrorIs(t, errs[0], context.DeadlineExceeded)
+	require.Equal(t, context.DeadlineExceeded, errs[1])
+	// Cancelling the context ends the wait with the context's error.
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	within(t, time.Minute, "a cancelled write", func() { errs = patient.WriteParts(cctx, batch) })
+	require.Equal(t, []error{context.Canceled, context.Canceled}, errs)
+	require.Equal(t, []store.Object{{}}, query(t, s, key, "kv_late")[:1])
+
+	// A writer of another layout is refused until the lease has passed,
+	// without waiting for a lock.
+	clk.add(time.Hour)
+	require.Equal(t, []error{store.ErrLayoutConflict, store.ErrLayoutConflict, store.ErrLayoutConflict}, s.WriteParts(ctx, layoutB.writeAll(key)), "at the lease")
+	// Past it, the claim's lock still held after the lock wait holds up
+	// nobody; the lock file, taken less than a lease ago, does.
+	require.NoError(t, os.Chtimes(lockPath, clk.t, clk.t))
+	clk.add(time.Second)
+	require.Equal(t, []string{"write kv_held part 0: lock " + lockPath + " is held by another writer; waited 200ms"}, errStrings(s.WriteParts(ctx, []store.PartWrite{layoutB.write(key, 0)})))
+	// Held since longer ago than the lease, it is passed over too: the
+	// page is taken over, completes in the new layout, and its new claim's
+	// lock is free.
+	clk.add(time.Hour)
+	require.Equal(t, []error{nil, nil, nil}, s.WriteParts(ctx, layoutB.writeAll(key)))
+	layoutB.requireStored(t, s, key)
+	fresh := openByURL(t, "file://"+dir)
+	layoutB.requireStored(t, fresh, key)
+	require.Equal(t, []error{store.ErrComplete}, fresh.WriteParts(ctx, []store.PartWrite{layoutA.write(key, 0)}))
+	gen := claimOf(t, s, key).gen
+	require.NotEqual(t, oldGen, gen)
+	require.Equal(t, []string{"claim", "lock", "part-" + gen + "-0", "part-" + gen + "-1", "part-" + gen + "-2"}, objectEntries(t, s, key))
 }
 
 // TestProcessStoppedWriter stops a writer process (SIGSTOP) in the middle
