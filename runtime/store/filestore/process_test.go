@@ -85,16 +85,24 @@ func TestHelperProcess(t *testing.T) {
 	case "stopped":
 		// args: key. Writes part 1, then begins part 0 and stops itself
 		// (SIGSTOP) in the middle of it, holding the claim's lock shared.
-		// Resumed (SIGCONT), it prints what the write of part 0 gave.
+		// Resumed (SIGCONT) once the test has created the file continue
+		// in the store, it prints what the write of part 0 gave; resumed
+		// before, it stops again.
 		l := bigLayout()
 		if err := s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 1)})[0]; err != nil {
 			fail(err)
 		}
 		testHookFragment = func(part, fragment int) {
-			if fragment == 3 {
-				fmt.Println("stopping")
+			if fragment != 3 {
+				return
+			}
+			fmt.Println("stopping")
+			for {
 				if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
 					fail(err)
+				}
+				if _, err := os.Stat(filepath.Join(s.Dir(), "continue")); err == nil {
+					return
 				}
 			}
 		}
@@ -610,9 +618,26 @@ func TestProcessStoppedWriter(t *testing.T) {
 				require.NoFileExists(t, tmps[0])
 			}
 
-			require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
-			line, err := out.ReadString('\n')
-			require.NoError(t, err)
+			// Continue it, again until it answers: a SIGCONT that comes
+			// between its look for the file and its next stop is lost.
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "continue"), nil, 0o666))
+			lines := make(chan string, 1)
+			go func() {
+				line, _ := out.ReadString('\n')
+				lines <- line
+			}()
+			var line string
+			within(t, time.Minute, "the resumed writer", func() {
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				for line == "" {
+					cmd.Process.Signal(syscall.SIGCONT)
+					select {
+					case line = <-lines:
+					case <-tick.C:
+					}
+				}
+			})
 			require.Equal(t, store.ErrLayoutConflict.Error()+"\n", line)
 			require.NoError(t, cmd.Wait())
 
