@@ -2,12 +2,14 @@
 // processes may use at once, so that a page written by a process that has
 // exited can be read by another. It registers the URL scheme file:
 //
-//	file:///abs/dir             the store in /abs/dir, created if missing
-//	file://localhost/abs/dir    the same
-//	file:///abs/dir?lease=30s   the same with a lease of 30s (Options.Lease)
+//	file:///abs/dir               the store in /abs/dir, created if missing
+//	file://localhost/abs/dir      the same
+//	file:///abs/dir?lease=30s     the same with a lease of 30s (Options.Lease)
+//	file:///abs/dir?lock-wait=1s  the same with a lock wait of 1s (Options.LockWait)
 //
 // The path must be absolute; any other host, and any user, port, query
-// parameter but lease, or fragment, is a *store.URLError.
+// parameter but lease and lock-wait (each at most once), or fragment, is a
+// *store.URLError.
 //
 // # Files
 //
@@ -18,7 +20,7 @@
 //
 //	objects-v3/<h>/<name>/claim           part count, generation, newline, manifest key
 //	objects-v3/<h>/<name>/part-<gen>-<i>  the bytes of part i
-//	objects-v3/<h>/<name>/lock            locked by writers (flock)
+//	objects-v3/<h>/<name>/lock            locked by writers taking the object over (flock)
 //	meta/<h>/<name>                       a metadata object
 //
 // where <h> is the first two hex digits of the hash and <gen> the claim's
@@ -47,27 +49,58 @@
 //
 // # Leases and takeover
 //
-// A writer holds a lock on the object's lock file (shared with the other
-// writers of the object) while it checks the claim and writes a part, and
-// then sets the claim's modification time: the claim's age is the time since
-// the object was last written to. An
+// A writer writes a part holding the lock of the claim file (flock), shared
+// with the other writers of the claim's generation, and sets the claim's
+// modification time when it begins the part, while it writes it (at least
+// every quarter of the lease) and when it has linked it: the claim's age is
+// the time since a writer of the object was last seen working. An
 // incomplete object whose claim is older than the lease (Options.Lease,
-// store.DefaultLease by default) may be taken over by a writer of another
-// layout: it takes the lock exclusively, without waiting, so never while
-// another writer is writing; checks again; replaces the claim with its own,
-// of a new generation; and removes the parts of the old one. A writer still
-// holding the old claim's layout is refused from then on, and a part of the
-// old generation never counts towards the new one. A claim that does not
-// parse may be taken over the same way. A complete object is never taken
-// over. Locks are released when a process dies, so an object abandoned by a
-// killed writer is free once the lease has passed.
+// store.DefaultLease by default) is abandoned, and may be taken over by a
+// writer of another layout. It takes the claim's lock exclusively, which
+// waits for writers finishing a part; takes the object's lock file
+// exclusively, so that takeovers of an object go one at a time; checks
+// again; replaces the claim, by rename, with its own of a new generation;
+// and removes the parts of the old one. A claim that does not parse may be
+// taken over the same way. A part of an old generation never counts
+// towards a new one.
 //
-// When a writer writes to an object that no other writer is writing (its
-// lock is free), it removes the object's temporary files older than the
-// lease (a killed writer's) and the parts of generations other than the
-// claim's (left by a takeover that was itself killed). Temporary files
-// in meta/, left by a writer killed in PutMeta, are not removed; they are
-// harmless and may be deleted while no process writes.
+// A writer that holds a lock but is not writing (stopped by a signal or a
+// debugger, swapped out) holds up no takeover: its claim ages like an
+// abandoned one, so a writer that still cannot have the claim's lock after
+// the lock wait (Options.LockWait, DefaultLockWait by default) takes the
+// object over without it, and one that finds the lock file held since
+// longer ago than the lease (its holder sets the file's modification time)
+// goes on without that too. The new claim is a new file with a lock of its
+// own: the new layout's writers never wait for the stopped one. When the
+// stopped writer resumes, it finds that its claim is no longer the
+// object's once it has linked its part (or failed to: its temporary file
+// may be gone), removes the part and is refused (store.ErrLayoutConflict);
+// it refreshed only the time of its own, replaced, claim file. A complete
+// object is never taken over by a writer that got the claim's lock; one
+// that went on without it may, if the stopped writer it passed over resumes
+// at that very instant and completes the object, replace a complete object:
+// a reader then finds it missing or fails to read it, and never reads bytes
+// of one layout as another's. Locks are released when a process dies, so an
+// object abandoned by a killed writer is free once the lease has passed.
+//
+// No writer waits for another without bound, and none blocks in flock: a
+// lock that another writer holds is tried again, with a short backoff, for
+// at most the lock wait and until the context's deadline, and cancelling
+// the context ends the wait at once with the context's error. Only a
+// writer that holds a claim's lock exclusively, which a live one does for
+// a moment, makes writers of that claim wait; if it is stopped, their parts
+// fail after the wait with an error that names the lock file and the wait,
+// and the other writes of the batch go on.
+//
+// When a writer gets the claim's lock exclusively without waiting (no other
+// writer of the generation is writing), it removes the object's temporary
+// files older than the lease (a killed writer's) and the parts of
+// generations other than the claim's (left by a takeover that was itself
+// killed, or by a stopped writer of an old claim); so does a takeover. It
+// lists the directory before it checks the claim, so that even a writer
+// stopped between the two removes no part that a claim names. Temporary
+// files in meta/, left by a writer killed in PutMeta, are not removed; they
+// are harmless and may be deleted while no process writes.
 //
 // # Durability
 //
@@ -91,6 +124,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -123,7 +157,7 @@ func openURL(_ context.Context, u *url.URL) (store.Store, error) {
 	case u.Host != "" && u.Host != "localhost":
 		return bad(fmt.Sprintf("host %q is not empty or localhost; write file:///abs/dir, with three slashes", u.Host))
 	case u.ForceQuery && u.RawQuery == "":
-		return bad("empty query string; a file URL takes only ?lease=")
+		return bad("empty query string; a file URL takes only ?lease= and ?lock-wait=")
 	case u.Fragment != "":
 		return bad("a file URL takes no fragment")
 	case u.Path == "":
@@ -131,11 +165,45 @@ func openURL(_ context.Context, u *url.URL) (store.Store, error) {
 	case !filepath.IsAbs(u.Path):
 		return bad(fmt.Sprintf("path %q is not absolute; write file:///abs/dir", u.Path))
 	}
-	lease, err := store.LeaseQuery("file", u.RawQuery)
+	opts, err := parseQuery(u.RawQuery)
 	if err != nil {
 		return bad(err.Error())
 	}
-	return Open(u.Path, Options{Lease: lease})
+	return Open(u.Path, opts)
+}
+
+// parseQuery parses the raw query of a file URL: lease and lock-wait, each
+// at most once, positive Go durations. Its error is the reason of a
+// *store.URLError.
+func parseQuery(rawQuery string) (Options, error) {
+	var opts Options
+	if rawQuery == "" {
+		return opts, nil
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return Options{}, errors.New("cannot parse the query: " + err.Error())
+	}
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		v := q[k]
+		switch {
+		case k != "lease" && k != "lock-wait":
+			return Options{}, fmt.Errorf("unknown parameter %q; a file URL takes only lease and lock-wait", k)
+		case len(v) != 1:
+			return Options{}, fmt.Errorf("%s is given more than once", k)
+		case k == "lease":
+			opts.Lease, err = store.ParseLease(v[0])
+		default:
+			opts.LockWait, err = time.ParseDuration(v[0])
+			if err != nil || opts.LockWait <= 0 {
+				err = fmt.Errorf("lock-wait %q is not a positive duration such as 500ms or 5s", v[0])
+			}
+		}
+		if err != nil {
+			return Options{}, err
+		}
+	}
+	return opts, nil
 }
 
 // Options tune a store.
@@ -151,9 +219,19 @@ type Options struct {
 	// unwritten before a writer of another layout may take the object over;
 	// 0 means store.DefaultLease.
 	Lease time.Duration
+	// LockWait bounds how long a writer waits for a lock that another
+	// writer holds on an object (see the package documentation) before
+	// it gives up on that part, or, taking the object over, goes on
+	// without the lock; 0 means DefaultLockWait. A context deadline that
+	// comes sooner ends the wait then.
+	LockWait time.Duration
 
 	now func() time.Time // the clock; nil means time.Now (tests set it)
 }
+
+// DefaultLockWait is how long a writer waits for a lock that another writer
+// holds when a store is not told otherwise (Options.LockWait).
+const DefaultLockWait = 5 * time.Second
 
 const (
 	maxObjects       = 1 << 16 // complete objects remembered per process
@@ -170,6 +248,7 @@ type Store struct {
 	sync     bool
 	maxFiles int
 	lease    time.Duration
+	lockWait time.Duration
 	now      func() time.Time
 	closed   atomic.Bool
 
@@ -218,6 +297,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.Lease <= 0 {
 		opts.Lease = store.DefaultLease
 	}
+	if opts.LockWait <= 0 {
+		opts.LockWait = DefaultLockWait
+	}
 	if opts.now == nil {
 		opts.now = time.Now
 	}
@@ -226,6 +308,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		sync:     opts.Sync,
 		maxFiles: opts.MaxOpenFiles,
 		lease:    opts.Lease,
+		lockWait: opts.LockWait,
 		now:      opts.now,
 		objs:     map[string]*object{},
 		files:    map[partID]*openFile{},
@@ -292,7 +375,7 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 		case ctx.Err() != nil:
 			errs[i] = ctx.Err()
 		default:
-			errs[i] = s.writePart(&ws[i])
+			errs[i] = s.writePart(ctx, &ws[i])
 		}
 	}
 	return errs
@@ -347,7 +430,7 @@ func parseClaim(path string, b []byte) (*claim, error) {
 	return &claim{parts: int(n), gen: gen, manifest: manifest}, nil
 }
 
-func (s *Store) writePart(w *store.PartWrite) error {
+func (s *Store) writePart(ctx context.Context, w *store.PartWrite) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
@@ -357,20 +440,17 @@ func (s *Store) writePart(w *store.PartWrite) error {
 	if s.cached(w.Key) != nil {
 		return store.ErrComplete
 	}
-	err := s.writeLocked(w, s.objectDir(w.Key))
-	if err != nil && err != store.ErrComplete && err != store.ErrLayoutConflict {
+	err := s.writeClaimed(ctx, w, s.objectDir(w.Key))
+	if err != nil && err != store.ErrComplete && err != store.ErrLayoutConflict && err != ctx.Err() {
 		return fmt.Errorf("write %s part %d: %w", w.Key, w.Part, err)
 	}
 	return err
 }
 
-// writeLocked writes a part under the object's lock.
-func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
-	lk, exclusive, err := s.lock(dir)
-	if err != nil {
-		return err
-	}
-	defer lk.Close()
+// writeClaimed writes a part under the object's claim: it makes the first
+// claim if there is none, takes an abandoned object over, and writes the
+// part under the claim of its layout.
+func (s *Store) writeClaimed(ctx context.Context, w *store.PartWrite, dir string) error {
 	claimPath := filepath.Join(dir, "claim")
 	cleaned := false
 	for attempt := 0; ; attempt++ {
@@ -379,165 +459,163 @@ func (s *Store) writeLocked(w *store.PartWrite, dir string) error {
 			// looked (only a lease of next to nothing allows that).
 			return store.ErrLayoutConflict
 		}
-		b, mtime, err := s.readSmall(claimPath, maxClaimBytes)
+		cl, err := s.openClaim(claimPath)
 		if errors.Is(err, fs.ErrNotExist) {
 			// A new object: the first claim wins.
 			mine := claim{w.Parts, newGen(), w.Manifest}
-			if _, err := s.writeFile(claimPath, [][]byte{mine.bytes()}, -1, false, true); err != nil {
-				return err
-			}
-			continue // read the claim that won
-		}
-		var c *claim
-		if err == nil {
-			c, err = parseClaim(claimPath, b)
-		}
-		// A claim that is a regular file but does not parse, or is too
-		// big to be one, may be taken over after the lease like an
-		// abandoned one; any other error stops the write.
-		var corrupt *corruptError
-		var tooBig *tooBigError
-		corruptErr := err
-		if err != nil && !errors.As(err, &corrupt) && !errors.As(err, &tooBig) {
-			return err
-		}
-		if exclusive && !cleaned {
-			// No other writer holds the lock: every temporary file is
-			// written under it, so those here are dead, and so are the
-			// parts of other generations than the claim's.
-			cleaned = true
-			gen := ""
-			if c != nil {
-				gen = c.gen
-			}
-			s.removeStale(dir, gen)
-		}
-		if c != nil && c.parts == w.Parts && c.manifest == w.Manifest {
-			if complete, err := partsExist(dir, c); err != nil {
-				return err
-			} else if complete {
-				return store.ErrComplete
-			}
-			if exclusive {
-				// Other writers of the layout may write at the same
-				// time.
-				if err := flock(lk, unix.LOCK_SH); err != nil {
+			if _, err := s.writeFile(claimPath, [][]byte{mine.bytes()}, fileWrite{part: -1, stamp: true}); err != nil {
+				// Another claim won, and a writer under it removed
+				// this one's temporary file, or the error stands.
+				if _, serr := os.Lstat(claimPath); serr != nil {
 					return err
 				}
 			}
-			if _, err := s.writeFile(partPath(dir, c.gen, w.Part), w.Data, w.Part, false, false); err != nil {
-				return err
-			}
-			now := s.now()
-			return os.Chtimes(claimPath, now, now)
+			continue // read the claim that won
 		}
-		// Another layout, or a corrupt claim.
-		refuse := store.ErrLayoutConflict
-		if c == nil {
-			refuse = corruptErr
-		} else if complete, err := partsExist(dir, c); err != nil {
+		if err != nil {
 			return err
-		} else if complete {
-			return store.ErrComplete
 		}
-		if s.now().Sub(mtime) <= s.lease {
-			return refuse
-		}
-		if !exclusive {
-			// Take the lock exclusively, without waiting: if another
-			// writer holds it, it is writing, and the object is not
-			// abandoned. Then look again.
-			ok, err := upgrade(lk)
+		if !cleaned {
+			// With the claim's lock exclusive, no other writer of its
+			// generation is writing: what dead writers left may go.
+			excl, err := tryFlock(cl.fd, cl.path, unix.LOCK_EX)
 			if err != nil {
+				cl.close()
 				return err
 			}
-			if !ok {
-				return refuse
+			if excl {
+				cleaned = true
+				gen := ""
+				if cl.c != nil {
+					gen = cl.c.gen
+				}
+				s.removeStale(dir, gen)
 			}
-			exclusive = true
-			continue
 		}
-		// Take the object over: a claim of a new generation replaces the
-		// old one, and the old generation's parts go.
-		mine := claim{w.Parts, newGen(), w.Manifest}
-		if _, err := s.writeFile(claimPath, [][]byte{mine.bytes()}, -1, true, true); err != nil {
+		var again bool
+		if c := cl.c; c != nil && c.parts == w.Parts && c.manifest == w.Manifest {
+			again, err = s.writeUnder(ctx, w, dir, cl)
+		} else {
+			again, err = s.takeOver(ctx, w, dir, cl)
+			cleaned = false // the new claim's turn
+		}
+		cl.close()
+		if !again {
 			return err
 		}
-		s.removeStale(dir, mine.gen)
 	}
 }
 
-// lockFile is an object's open lock file.
-type lockFile struct {
-	fd   int
-	path string
-}
-
-// Close closes the file, which releases its lock.
-func (f *lockFile) Close() error { return unix.Close(f.fd) }
-
-// flock applies a flock operation, retrying when a signal interrupts it.
-func flock(f *lockFile, how int) error {
-	for {
-		err := unix.Flock(f.fd, how)
-		switch err {
-		case unix.EINTR:
-			continue
-		case nil, unix.EWOULDBLOCK:
-			return err
-		}
-		return fmt.Errorf("lock %s: %w", f.path, err)
+// writeUnder writes w's part under cl, a claim of w's layout, holding the
+// claim's lock shared. It reports again when cl was replaced before the
+// part was begun.
+func (s *Store) writeUnder(ctx context.Context, w *store.PartWrite, dir string, cl *claimFile) (again bool, err error) {
+	c := cl.c
+	if complete, err := partsExist(dir, c); err != nil {
+		return false, err
+	} else if complete {
+		return false, store.ErrComplete
 	}
-}
-
-// upgrade turns a shared lock into an exclusive one without waiting. It
-// reports false, holding no lock, when another holds the lock; the caller
-// then only closes the file.
-func upgrade(f *lockFile) (bool, error) {
-	if err := flock(f, unix.LOCK_UN); err != nil {
+	if err := s.waitFlock(ctx, cl.fd, cl.path, unix.LOCK_SH); err != nil {
 		return false, err
 	}
-	return tryExclusive(f)
-}
-
-// tryExclusive locks f exclusively if no other holds its lock, and reports
-// whether it did. If f held a lock and another holds one too, f is left
-// with none (flock drops the old lock before it tries the new one).
-func tryExclusive(f *lockFile) (bool, error) {
-	switch err := flock(f, unix.LOCK_EX|unix.LOCK_NB); err {
-	case nil:
-		return true, nil
-	case unix.EWOULDBLOCK:
-		return false, nil
-	default:
+	if ok, err := cl.current(); err != nil || !ok {
+		return err == nil, err
+	}
+	// The claim's time is refreshed when the part is begun, as it is
+	// written (heartbeat) and when it is linked: a writer that is writing
+	// keeps its claim younger than the lease.
+	last := s.now()
+	if err := cl.stamp(last); err != nil {
 		return false, err
 	}
+	heartbeat := func() {
+		if now := s.now(); now.Sub(last) >= s.lease/4 && cl.stamp(now) == nil {
+			last = now
+		}
+	}
+	path := partPath(dir, c.gen, w.Part)
+	created, werr := s.writeFile(path, w.Data, fileWrite{part: w.Part, fragment: heartbeat})
+	ok, err := cl.current()
+	switch {
+	case err != nil:
+		return false, err
+	case !ok:
+		// Taken over while this writer wrote (it was stopped for longer
+		// than the lease): its part, of a generation no claim names any
+		// more, never counts.
+		if created {
+			os.Remove(path)
+		}
+		return false, store.ErrLayoutConflict
+	case werr != nil:
+		return false, werr
+	}
+	return false, cl.stamp(s.now())
 }
 
-// lock opens the object's lock file, creating it and the object's directory
-// if they are missing, and locks it: exclusively if no other process holds
-// it (excl), or else shared. Closing the file releases the lock.
-func (s *Store) lock(dir string) (f *lockFile, excl bool, err error) {
-	path := filepath.Join(dir, "lock")
-	fd, _, err := s.openFd(path, unix.O_RDWR|unix.O_CREAT)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := s.mkdir(dir); err != nil {
-			return nil, false, err
+// takeOver replaces cl, the claim of another layout or one that does not
+// parse, with a claim of w's layout and a new generation if the object is
+// incomplete and the claim older than the lease. It reports again when the
+// object should be looked at again: taken over, by this writer or another.
+func (s *Store) takeOver(ctx context.Context, w *store.PartWrite, dir string, cl *claimFile) (again bool, err error) {
+	refuse := store.ErrLayoutConflict
+	if cl.c == nil {
+		refuse = cl.bad
+	} else if complete, err := partsExist(dir, cl.c); err != nil {
+		return false, err
+	} else if complete {
+		return false, store.ErrComplete
+	}
+	if !s.expired(cl.mtime) {
+		return false, refuse
+	}
+	// Wait for the writers of the claim's generation to finish the parts
+	// they are writing. A writer that is writing keeps its claim younger
+	// than the lease, so one that still holds the lock after the wait is
+	// stopped, and the object is taken over without the lock.
+	err = s.waitFlock(ctx, cl.fd, cl.path, unix.LOCK_EX)
+	if held := (*lockHeldError)(nil); err != nil && !(errors.As(err, &held) && held.err == nil) {
+		return false, err
+	}
+	// Writers that replace a claim do it one at a time, under the object's
+	// lock file, and look again under it.
+	lk, err := s.lockTakeover(ctx, dir)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if lk >= 0 {
+			unix.Close(lk)
 		}
-		fd, _, err = s.openFd(path, unix.O_RDWR|unix.O_CREAT)
+	}()
+	if ok, err := cl.current(); err != nil || !ok {
+		return err == nil, err
 	}
+	mtime, err := cl.modTime()
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
-	f = &lockFile{fd, path}
-	if excl, err = tryExclusive(f); err == nil && !excl {
-		err = flock(f, unix.LOCK_SH)
+	if !s.expired(mtime) {
+		return false, refuse // a stopped writer came back
 	}
-	if err != nil {
-		f.Close()
-		return nil, false, err
+	if cl.c != nil {
+		if complete, err := partsExist(dir, cl.c); err != nil {
+			return false, err
+		} else if complete {
+			return false, store.ErrComplete
+		}
 	}
-	return f, excl, nil
+	mine := claim{w.Parts, newGen(), w.Manifest}
+	if _, err := s.writeFile(cl.path, [][]byte{mine.bytes()}, fileWrite{part: -1, replace: true, stamp: true}); err != nil {
+		return false, err
+	}
+	if cl.c != nil {
+		// No claim names the old generation again. Temporary files wait
+		// for a writer with the new claim's lock exclusive.
+		removeParts(dir, cl.c.gen)
+	}
+	return true, nil
 }
 
 // mkdir creates an object's directory and the fan-out one it is in.
@@ -569,12 +647,29 @@ func partsExist(dir string, c *claim) (bool, error) {
 
 // removeStale removes from an object's directory the temporary files older
 // than the lease and, unless gen is empty, the parts of generations other
-// than gen, which no claim names any more. The caller holds the object's
-// lock exclusively: no live writer is writing a temporary file. Failures
-// are ignored: the files are harmless, and a later write tries again.
+// than gen. The caller holds the lock of the object's claim exclusively, so
+// no writer of that claim is writing a temporary file; a writer of an older
+// claim whose file goes fails to link its part, finds its claim replaced
+// and is refused. Parts need no lock: removeStale lists the directory
+// before it checks that the object's claim is gen's, so a part of another
+// generation that it lists existed while gen's claim was the object's; that
+// generation's claim had been replaced, and no claim names it again (a
+// takeover writes a new generation). That holds however long a stopped
+// caller waits between its steps. Failures are ignored: the files are
+// harmless, and a later write tries again.
 func (s *Store) removeStale(dir, gen string) {
+	names := readDirNames(dir)
+	if gen != "" {
+		path := filepath.Join(dir, "claim")
+		b, _, err := s.readSmall(path, maxClaimBytes)
+		if err != nil {
+			gen = ""
+		} else if c, err := parseClaim(path, b); err != nil || c.gen != gen {
+			gen = ""
+		}
+	}
 	now := s.now()
-	for _, name := range readDirNames(dir) {
+	for _, name := range names {
 		path := filepath.Join(dir, name)
 		switch {
 		case strings.HasPrefix(name, ".tmp-"):
@@ -583,6 +678,16 @@ func (s *Store) removeStale(dir, gen string) {
 			}
 		case gen != "" && strings.HasPrefix(name, "part-") && !strings.HasPrefix(name, "part-"+gen+"-"):
 			os.Remove(path)
+		}
+	}
+}
+
+// removeParts removes the parts of generation gen from an object's
+// directory, ignoring failures.
+func removeParts(dir, gen string) {
+	for _, name := range readDirNames(dir) {
+		if strings.HasPrefix(name, "part-"+gen+"-") {
+			os.Remove(filepath.Join(dir, name))
 		}
 	}
 }
@@ -597,12 +702,21 @@ func readDirNames(dir string) []string {
 	return names
 }
 
+// fileWrite says how writeFile writes a file.
+type fileWrite struct {
+	replace bool // rename over the path instead of linking to it
+	stamp   bool // set the file's modification time to the store's clock
+	// part >= 0 is the part the file is; its fragments run fragment and
+	// testHookFragment.
+	part     int
+	fragment func() // after each fragment but the last
+}
+
 // writeFile writes the concatenated data to a temporary file beside path
 // and links it to path unless path exists (created is then false), or, with
-// replace, renames it over path. With stamp, the file's modification time
-// is the store's clock. part >= 0 runs testHookFragment.
-func (s *Store) writeFile(path string, data [][]byte, part int, replace, stamp bool) (created bool, err error) {
-	if !replace {
+// replace, renames it over path.
+func (s *Store) writeFile(path string, data [][]byte, how fileWrite) (created bool, err error) {
+	if !how.replace {
 		if _, err := os.Lstat(path); err == nil {
 			return false, nil
 		}
@@ -619,26 +733,26 @@ func (s *Store) writeFile(path string, data [][]byte, part int, replace, stamp b
 		return false, err
 	}
 	defer unix.Unlink(tmp)
-	if err := s.writeTemp(fd, tmp, data, part); err != nil {
+	if err := s.writeTemp(fd, tmp, data, how); err != nil {
 		unix.Close(fd)
 		return false, err
 	}
 	if err := unix.Close(fd); err != nil {
 		return false, &fs.PathError{Op: "close", Path: tmp, Err: err}
 	}
-	if stamp {
+	if how.stamp {
 		now := s.now()
 		if err := os.Chtimes(tmp, now, now); err != nil {
 			return false, err
 		}
 	}
-	if replace {
+	if how.replace {
 		err = os.Rename(tmp, path)
 	} else {
 		err = os.Link(tmp, path)
 	}
 	if err != nil {
-		if !replace && errors.Is(err, fs.ErrExist) {
+		if !how.replace && errors.Is(err, fs.ErrExist) {
 			return false, nil
 		}
 		return false, err
@@ -653,7 +767,7 @@ func (s *Store) writeFile(path string, data [][]byte, part int, replace, stamp b
 
 // writeTemp writes data to the temporary file fd, and syncs it if the
 // store syncs.
-func (s *Store) writeTemp(fd int, tmp string, data [][]byte, part int) error {
+func (s *Store) writeTemp(fd int, tmp string, data [][]byte, how fileWrite) error {
 	for i, d := range data {
 		for len(d) > 0 {
 			n, err := unix.Write(fd, d)
@@ -665,8 +779,13 @@ func (s *Store) writeTemp(fd int, tmp string, data [][]byte, part int) error {
 			}
 			d = d[n:]
 		}
-		if part >= 0 && testHookFragment != nil && i < len(data)-1 {
-			testHookFragment(part, i)
+		if how.part >= 0 && i < len(data)-1 {
+			if how.fragment != nil {
+				how.fragment()
+			}
+			if testHookFragment != nil {
+				testHookFragment(how.part, i)
+			}
 		}
 	}
 	if s.sync {
@@ -753,6 +872,8 @@ func openRegular(path string, flag int) (int, *unix.Stat_t, error) {
 		}
 	}
 	switch {
+	case err == unix.EISDIR: // opened for writing
+		return -1, nil, &notRegularError{path, fs.ModeDir}
 	case err == unix.ELOOP:
 		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			return -1, nil, &notRegularError{path, fi.Mode()}
@@ -796,28 +917,43 @@ func (s *Store) readSmall(path string, limit int64) ([]byte, time.Time, error) {
 	}
 	defer unix.Close(fd)
 	mtime := time.Unix(st.Mtim.Unix())
-	if st.Size > limit {
-		return nil, mtime, &tooBigError{path, st.Size, limit}
+	b, err := readFd(fd, path, st.Size, limit)
+	if err != nil {
+		var tooBig *tooBigError
+		if !errors.As(err, &tooBig) {
+			mtime = time.Time{}
+		}
+		return nil, mtime, err
+	}
+	return b, mtime, nil
+}
+
+// readFd reads the open regular file fd of size bytes, path, from its
+// start, and gives a *tooBigError if it is more than limit bytes. It never
+// reads more than limit+1 bytes.
+func readFd(fd int, path string, size, limit int64) ([]byte, error) {
+	if size > limit {
+		return nil, &tooBigError{path, size, limit}
 	}
 	// The file may grow while it is read: read up to limit+1 bytes.
-	b := make([]byte, 0, st.Size+1)
+	b := make([]byte, 0, size+1)
 	for int64(len(b)) <= limit {
 		if len(b) == cap(b) {
 			b = slices.Grow(b, int(min(int64(cap(b)), limit+1-int64(len(b)))))
 		}
-		m, err := unix.Read(fd, b[len(b):min(int64(cap(b)), limit+1)])
+		m, err := unix.Pread(fd, b[len(b):min(int64(cap(b)), limit+1)], int64(len(b)))
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return nil, time.Time{}, &fs.PathError{Op: "read", Path: path, Err: err}
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
 		}
 		if m == 0 {
-			return b, mtime, nil
+			return b, nil
 		}
 		b = b[:len(b)+m]
 	}
-	return nil, mtime, &tooBigError{path, -1, limit}
+	return nil, &tooBigError{path, -1, limit}
 }
 
 // tooBigError is a file past the size its kind may have.
@@ -927,7 +1063,7 @@ func (s *Store) PutMeta(ctx context.Context, key string, val []byte) error {
 		return err
 	}
 	path := s.metaPath(key)
-	created, err := s.writeFile(path, [][]byte{val}, -1, false, false)
+	created, err := s.writeFile(path, [][]byte{val}, fileWrite{part: -1})
 	if err == nil && !created {
 		var old []byte
 		if old, _, err = s.readSmall(path, store.MaxMetaBytes); err == nil && !bytes.Equal(old, val) {

@@ -100,9 +100,17 @@ func TestOpenURL(t *testing.T) {
 	require.Equal(t, store.DefaultLease, s.(*Store).lease)
 	require.NoError(t, s.Close())
 
+	require.Equal(t, DefaultLockWait, s.(*Store).lockWait)
+
 	s, err = store.Open(ctx, "file://"+dir+"?lease=90s")
 	require.NoError(t, err)
 	require.Equal(t, 90*time.Second, s.(*Store).lease)
+	require.NoError(t, s.Close())
+
+	s, err = store.Open(ctx, "file://"+dir+"?lock-wait=250ms&lease=1h")
+	require.NoError(t, err)
+	require.Equal(t, 250*time.Millisecond, s.(*Store).lockWait)
+	require.Equal(t, time.Hour, s.(*Store).lease)
 	require.NoError(t, s.Close())
 
 	for _, c := range []struct{ url, reason string }{
@@ -111,14 +119,25 @@ func TestOpenURL(t *testing.T) {
 		{"file://data/kv", `host "data" is not empty or localhost; write file:///abs/dir, with three slashes`},
 		{"file://./kv", `host "." is not empty or localhost; write file:///abs/dir, with three slashes`},
 		{"file://host:80/kv", `host "host:80" is not empty or localhost; write file:///abs/dir, with three slashes`},
-		{"file:///kv?sync=1", `unknown parameter "sync"; a file URL takes only lease`},
-		{"file:///kv?lease=1s&sync=1", `unknown parameter "sync"; a file URL takes only lease`},
+		{"file:///kv?sync=1", `unknown parameter "sync"; a file URL takes only lease and lock-wait`},
+		{"file:///kv?lease=1s&sync=1", `unknown parameter "sync"; a file URL takes only lease and lock-wait`},
+		{"file:///kv?lock_wait=1s", `unknown parameter "lock_wait"; a file URL takes only lease and lock-wait`},
 		{"file:///kv?lease=1s&lease=1s", "lease is given more than once"},
 		{"file:///kv?lease=1", `lease "1" is not a positive duration such as 30s or 10m`},
 		{"file:///kv?lease=0s", `lease "0s" is not a positive duration such as 30s or 10m`},
 		{"file:///kv?lease=-5m", `lease "-5m" is not a positive duration such as 30s or 10m`},
 		{"file:///kv?lease=x%zz", `cannot parse the query: invalid URL escape "%zz"`},
-		{"file:///kv?", "empty query string; a file URL takes only ?lease="},
+		{"file:///kv?lock-wait=1s&lock-wait=2s", "lock-wait is given more than once"},
+		{"file:///kv?lock-wait=1s&lock-wait=1s", "lock-wait is given more than once"},
+		{"file:///kv?lock-wait=5", `lock-wait "5" is not a positive duration such as 500ms or 5s`},
+		{"file:///kv?lock-wait=0s", `lock-wait "0s" is not a positive duration such as 500ms or 5s`},
+		{"file:///kv?lock-wait=-1s", `lock-wait "-1s" is not a positive duration such as 500ms or 5s`},
+		{"file:///kv?lock-wait=", `lock-wait "" is not a positive duration such as 500ms or 5s`},
+		{"file:///kv?lock-wait", `lock-wait "" is not a positive duration such as 500ms or 5s`},
+		{"file:///kv?lock-wait=1s&lease=1s&lease=2s", "lease is given more than once"},
+		{"file:///kv?lock-wait=x&lease=0s", `lease "0s" is not a positive duration such as 30s or 10m`},
+		{"file:///kv?lease=1m&lock-wait=1x", `lock-wait "1x" is not a positive duration such as 500ms or 5s`},
+		{"file:///kv?", "empty query string; a file URL takes only ?lease= and ?lock-wait="},
 		{"file:///kv#x", "a file URL takes no fragment"},
 		{"file://me@/kv", "a file URL takes no user"},
 	} {
@@ -197,7 +216,7 @@ func TestHostileKeys(t *testing.T) {
 		}
 		return err
 	}))
-	require.Equal(t, 4*len(keys), files) // a claim, a lock, a part and a metadata object each
+	require.Equal(t, 3*len(keys), files) // a claim, a part and a metadata object each
 }
 
 func TestInvalidWrite(t *testing.T) {

@@ -164,8 +164,14 @@ func TestCorruptWrites(t *testing.T) {
 	mkfifo(t, filepath.Join(dir, "claim"))
 	require.Equal(t, []string{"write k part 0: " + dir + "/claim is a FIFO, not a regular file"}, errStrings(s.WriteParts(ctx, []store.PartWrite{twoParts("k", "m", 0)})))
 	require.NoError(t, os.Remove(filepath.Join(dir, "claim")))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "claim"), 0o777))
+	require.Equal(t, []string{"write k part 0: " + dir + "/claim is a directory, not a regular file"}, errStrings(s.WriteParts(ctx, []store.PartWrite{twoParts("k", "m", 0)})))
+	require.NoError(t, os.Remove(filepath.Join(dir, "claim")))
+	// The lock file is opened by a writer taking the object over.
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "m", 0)}))
+	age(t, s, "k", store.DefaultLease+time.Second)
 	mkfifo(t, filepath.Join(dir, "lock"))
-	require.Equal(t, []string{"write k part 0: " + dir + "/lock is a FIFO, not a regular file"}, errStrings(s.WriteParts(ctx, []store.PartWrite{twoParts("k", "m", 0)})))
+	require.Equal(t, []string{"write k part 0: " + dir + "/lock is a FIFO, not a regular file"}, errStrings(s.WriteParts(ctx, []store.PartWrite{twoParts("k", "other", 0)})))
 
 	long := store.PartWrite{Key: "k2", Part: 0, Parts: 1, Manifest: strings.Repeat("m", maxManifestKey+1), Data: [][]byte{{1}}}
 	require.Equal(t, []string{"write k2 part 0: manifest key is 4097 bytes; the limit is 4096"}, errStrings(s.WriteParts(ctx, []store.PartWrite{long})))
@@ -228,11 +234,12 @@ func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
 func newClock() *clock { return &clock{time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
 
 // leaseStore opens a store in a temporary directory with a lease of a
-// minute on a clock the test moves, closed when the test ends.
+// minute on a clock the test moves and a lock wait of 100ms, closed when the
+// test ends.
 func leaseStore(t *testing.T) (*Store, *clock) {
 	t.Helper()
 	clk := newClock()
-	s, err := Open(t.TempDir(), Options{Lease: time.Minute, now: clk.now})
+	s, err := Open(t.TempDir(), Options{Lease: time.Minute, LockWait: 100 * time.Millisecond, now: clk.now})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s, clk
@@ -268,8 +275,9 @@ func TestLeaseClock(t *testing.T) {
 	require.NoFileExists(t, partPath(dir, old.gen, 0))
 	require.FileExists(t, partPath(dir, c.gen, 1))
 
-	// A slow writer of the old claim that links its part now (it cannot,
-	// holding the lock, but its name would be this) adds nothing to the new
+	// A part of the old claim that appears now (a writer of it stopped
+	// since before the takeover, that removes it itself when it finds its
+	// claim replaced, or was killed before it could) adds nothing to the new
 	// object, and the next write removes it.
 	require.NoError(t, os.WriteFile(partPath(dir, old.gen, 0), make([]byte, 18), 0o666))
 	require.Equal(t, []store.Object{{}}, query(t, s, "k"))
@@ -305,22 +313,97 @@ func TestLeaseCorruptClaim(t *testing.T) {
 	require.NoFileExists(t, partPath(dir, "0000000000000000", 0))
 }
 
-// TestLeaseLocked: a takeover never happens while another writer holds the
-// object's lock, however old the claim.
-func TestLeaseLocked(t *testing.T) {
+// holdClaim opens key's claim file and locks it with flock operation how,
+// as another writer would (flock locks belong to open files, not to
+// processes), until the test ends or the returned func is called.
+func holdClaim(t *testing.T, s *Store, key string, how int) func() {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(s.objectDir(key), "claim"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	require.NoError(t, unix.Flock(int(f.Fd()), how|unix.LOCK_NB))
+	var once sync.Once
+	release := func() { once.Do(func() { f.Close() }) }
+	t.Cleanup(release)
+	return release
+}
+
+// TestLeaseLockHeld: a writer that holds the claim's lock shared, as one in
+// the middle of a part does, shares it with the writers of its layout, and
+// holds up a writer of another layout past the lease only for the lock
+// wait: it is not writing (a writer that writes refreshes its claim), and
+// the object is taken over without the lock. The holder's claim is not
+// the new one's: its lock holds up nobody.
+func TestLeaseLockHeld(t *testing.T) {
 	ctx := context.Background()
 	s, clk := leaseStore(t)
+	dir := s.objectDir("k")
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 0)}))
-	lk, _, err := s.lock(s.objectDir("k")) // as a writer in the middle of a part
-	require.NoError(t, err)
-	require.NoError(t, flock(lk, unix.LOCK_SH))
-	clk.add(1000 * time.Hour)
-	require.Equal(t, []error{store.ErrLayoutConflict}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "b", 0)}))
-	// A writer of the same layout shares the lock.
-	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k2", "a", 0)}))
-	require.NoError(t, lk.Close())
+	old := claimOf(t, s, "k")
+	release := holdClaim(t, s, "k", unix.LOCK_SH)
+	// A writer of the same layout shares the lock (a retry of a written
+	// part writes nothing and succeeds).
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 0)}))
+	clk.add(time.Minute)
+	require.Equal(t, []error{store.ErrLayoutConflict}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "b", 0)}), "at the lease")
+	clk.add(time.Nanosecond)
 	require.Equal(t, []error{nil, nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "b", 0), twoParts("k", "b", 1)}))
 	require.Equal(t, []store.Object{twoPartsObject("b")}, query(t, s, "k"))
+	require.NoFileExists(t, partPath(dir, old.gen, 0))
+	release()
+}
+
+// TestLeaseLockHeldExclusive: while another holds the claim's lock
+// exclusively (a writer stopped in the moment it does), a writer of the
+// claim's layout waits the lock wait and fails that part, naming the lock;
+// the other writes of the batch go on.
+func TestLeaseLockHeldExclusive(t *testing.T) {
+	ctx := context.Background()
+	s, _ := leaseStore(t)
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 0)}))
+	release := holdClaim(t, s, "k", unix.LOCK_EX)
+	path := filepath.Join(s.objectDir("k"), "claim")
+	errs := s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 1), twoParts("k2", "a", 0), twoParts("k2", "a", 1)})
+	require.Equal(t, []string{"write k part 1: lock " + path + " is held by another writer; waited 100ms", "<nil>", "<nil>"}, errStrings(errs))
+	require.Equal(t, []store.Object{{}, twoPartsObject("a")}, query(t, s, "k", "k2"))
+	release()
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 1)}))
+	require.Equal(t, []store.Object{twoPartsObject("a")}, query(t, s, "k"))
+}
+
+// TestClaimRefreshedWhileWriting: a writer refreshes its claim when it
+// begins a part and while it writes it, so that a slow writer, however
+// long its part takes, is never taken over while it writes.
+func TestClaimRefreshedWhileWriting(t *testing.T) {
+	ctx := context.Background()
+	s, clk := leaseStore(t)
+	other, err := Open(s.Dir(), Options{Lease: time.Minute, LockWait: time.Hour, now: clk.now})
+	require.NoError(t, err)
+	defer other.Close()
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 0)}))
+	start := clk.t.Add(50 * time.Second)
+	clk.t = start
+	claimTime := func() time.Time {
+		fi, err := os.Stat(filepath.Join(s.objectDir("k"), "claim"))
+		require.NoError(t, err)
+		return fi.ModTime()
+	}
+	var times []time.Duration
+	testHookFragment = func(part, fragment int) {
+		times = append(times, claimTime().Sub(start))
+		// Each fragment takes 20s; the lease is a minute.
+		require.Equal(t, []error{store.ErrLayoutConflict}, other.WriteParts(ctx, []store.PartWrite{twoParts("k", "b", 0)}), "fragment %d", fragment)
+		clk.add(20 * time.Second)
+	}
+	t.Cleanup(func() { testHookFragment = nil })
+	w := twoParts("k", "a", 1)
+	w.Data = [][]byte{w.Data[0][:4], w.Data[0][4:8], w.Data[0][8:12], w.Data[0][12:16], w.Data[0][16:]}
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{w}))
+	testHookFragment = nil
+	// Begun at start, refreshed after every fragment but the first (15s,
+	// a quarter of the lease, had not passed), and when linked.
+	require.Equal(t, []time.Duration{0, 20 * time.Second, 40 * time.Second, 60 * time.Second}, times)
+	require.True(t, claimTime().Equal(start.Add(80*time.Second)))
+	require.Equal(t, []store.Object{twoPartsObject("a")}, query(t, s, "k"))
 }
 
 // TestStaleTemps: a write to an object that no other writer is writing
@@ -343,14 +426,12 @@ func TestStaleTemps(t *testing.T) {
 	require.NoError(t, os.WriteFile(other, nil, 0o666))
 	require.NoError(t, os.Chtimes(other, clk.t.Add(-time.Hour), clk.t.Add(-time.Hour)))
 
-	// While another writer holds the object's lock, its temporaries may
-	// be its own: none is removed.
-	lk, _, err := s.lock(dir)
-	require.NoError(t, err)
-	require.NoError(t, flock(lk, unix.LOCK_SH))
+	// While another writer holds the claim's lock, its temporaries may be
+	// its own: none is removed.
+	release := holdClaim(t, s, "k", unix.LOCK_SH)
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 0)}))
 	require.FileExists(t, old)
-	require.NoError(t, lk.Close())
+	release()
 
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 1)}))
 	require.NoFileExists(t, old)
@@ -364,7 +445,7 @@ func TestStaleTemps(t *testing.T) {
 		names = append(names, e.Name())
 	}
 	gen := claimOf(t, s, "k").gen
-	require.ElementsMatch(t, []string{".tmp-edge", ".tmp-fresh", "claim", "lock", "part-" + gen + "-0", "part-" + gen + "-1"}, names)
+	require.ElementsMatch(t, []string{".tmp-edge", ".tmp-fresh", "claim", "part-" + gen + "-0", "part-" + gen + "-1"}, names)
 }
 
 // TestMaxOpenFilesDefault: the default bound on cached part files follows

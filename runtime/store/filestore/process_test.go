@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/kvreshard/kvreshard/runtime/store"
 	"github.com/kvreshard/kvreshard/testkit/storetest"
@@ -81,6 +82,47 @@ func TestHelperProcess(t *testing.T) {
 		}
 		s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 0)})
 		fail(fmt.Errorf("part 0 was written"))
+	case "stopped":
+		// args: key. Writes part 1, then begins part 0 and stops itself
+		// (SIGSTOP) in the middle of it, holding the claim's lock shared.
+		// Resumed (SIGCONT) once the test has created the file continue
+		// in the store, it prints what the write of part 0 gave; resumed
+		// before, it stops again.
+		l := bigLayout()
+		if err := s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 1)})[0]; err != nil {
+			fail(err)
+		}
+		testHookFragment = func(part, fragment int) {
+			if fragment != 3 {
+				return
+			}
+			fmt.Println("stopping")
+			for {
+				if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+					fail(err)
+				}
+				if _, err := os.Stat(filepath.Join(s.Dir(), "continue")); err == nil {
+					return
+				}
+			}
+		}
+		fmt.Println(errStrings(s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 0)}))[0])
+	case "hold":
+		// args: key, the files of its object to lock exclusively (claim,
+		// lock). Holds them until killed, as a writer stopped while it
+		// cleans up or takes the object over would.
+		for _, name := range strings.Split(args[1], ",") {
+			path := filepath.Join(s.objectDir(args[0]), name)
+			fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o666)
+			if err != nil {
+				fail(fmt.Errorf("open %s: %w", path, err))
+			}
+			if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				fail(fmt.Errorf("lock %s: %w", path, err))
+			}
+		}
+		fmt.Println("locked")
+		select {}
 	case "partial":
 		// args: key. Writes part 0 of 2 of layout A, then waits to be
 		// killed.
@@ -359,15 +401,18 @@ func TestKilledWriter(t *testing.T) {
 	}
 }
 
-// startUntil starts a helper and waits for it to print line.
-func startUntil(t *testing.T, cmd *exec.Cmd, line string) {
+// startUntil starts a helper and waits for it to print line. It returns
+// the rest of the helper's output.
+func startUntil(t *testing.T, cmd *exec.Cmd, line string) *bufio.Reader {
 	t.Helper()
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	got, err := bufio.NewReader(out).ReadString('\n')
+	r := bufio.NewReader(out)
+	got, err := r.ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, line+"\n", got)
+	return r
 }
 
 func openByURL(t *testing.T, url string) *Store {
@@ -410,32 +455,200 @@ func TestProcessTakeover(t *testing.T) {
 	require.Len(t, entries, 5, "claim, lock and B's 3 parts: %v", entries)
 }
 
-// TestProcessNoTakeoverWhileWriting: while another process is in the middle
-// of writing a part, no lease, however short, and no claim age lets a
-// writer of another layout take the object over. Once it is killed, the
-// object is taken over.
-func TestProcessNoTakeoverWhileWriting(t *testing.T) {
+// within runs f, failing the test if it has not returned after d: a bound
+// that only catches a hang.
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s: still waiting after %v", what, d)
+	}
+}
+
+// objectEntries returns the names of the files in key's object directory.
+func objectEntries(t *testing.T, s *Store, key string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(s.objectDir(key))
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestProcessLockHeld: another process takes a page's claim lock and its
+// lock file exclusively and never lets go, as a writer stopped while it
+// cleans up or takes the page over would. No writer waits for it without
+// bound: a writer of the page's layout fails that part after the lock wait,
+// or at its context's deadline, or when its context is cancelled, and the
+// rest of its batch goes on; a writer of another layout is refused before
+// the lease has passed, and after it takes the page over without the held
+// locks, and the page completes in its layout.
+func TestProcessLockHeld(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	const key = "kv_busy"
-	cmd := helper(t, dir, "killed", key) // writes part 1, blocks in part 0
-	startUntil(t, cmd, "blocked")
-	s := openByURL(t, "file://"+dir+"?lease=1ns")
-	age(t, s, key, 1000*time.Hour)
-	for range 3 {
-		require.Equal(t, []error{store.ErrLayoutConflict, store.ErrLayoutConflict, store.ErrLayoutConflict}, s.WriteParts(ctx, layoutB.writeAll(key)))
-	}
-	objs, err := s.Query(ctx, []string{key})
+	const key = "kv_held"
+	clk := newClock()
+	s, err := Open(dir, Options{Lease: time.Hour, LockWait: 200 * time.Millisecond, now: clk.now})
 	require.NoError(t, err)
-	require.Equal(t, []store.Object{{}}, objs)
-	gen := claimOf(t, s, key).gen
-	require.FileExists(t, partPath(s.objectDir(key), gen, 1), "the writer's part is kept")
+	defer s.Close()
+	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{layoutA.write(key, 1)}))
+	oldGen := claimOf(t, s, key).gen
+	claimPath, lockPath := filepath.Join(s.objectDir(key), "claim"), filepath.Join(s.objectDir(key), "lock")
+	startUntil(t, helper(t, dir, "hold", key, "claim,lock"), "locked")
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	require.EqualError(t, cmd.Wait(), "signal: killed")
+	// A writer of the page's layout waits the lock wait and fails that
+	// part; the other pages of its batch are written.
+	errs := s.WriteParts(ctx, append([]store.PartWrite{layoutA.write(key, 0)}, layoutA.writeAll("kv_free")...))
+	require.Equal(t, []string{"write kv_held part 0: lock " + claimPath + " is held by another writer; waited 200ms", "<nil>", "<nil>"}, errStrings(errs))
+	layoutA.requireStored(t, s, "kv_free")
+	require.Equal(t, []store.Object{{}}, query(t, s, key))
+
+	// With a lock wait of an hour, a context deadline ends the wait; the
+	// rest of the batch gets the context's error.
+	patient, err := Open(dir, Options{Lease: time.Hour, LockWait: time.Hour, now: clk.now})
+	require.NoError(t, err)
+	defer patient.Close()
+	batch := []store.PartWrite{layoutA.write(key, 0), layoutA.write("kv_late", 0)}
+	for timeout := 100 * time.Millisecond; ; timeout *= 2 {
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		within(t, time.Minute, "a write past its deadline", func() { errs = patient.WriteParts(dctx, batch) })
+		cancel()
+		if errs[0] != context.DeadlineExceeded {
+			break
+		}
+		// The deadline came before the write began (a machine stalled
+		// for all of it): try a later one.
+		require.Less(t, timeout, time.Minute)
+	}
+	require.Equal(t, []string{"write kv_held part 0: lock " + claimPath + " is held by another writer; waited until the context's deadline", "context deadline exceeded"}, errStrings(errs))
+	require.ErrorIs(t, errs[0], context.DeadlineExceeded)
+	require.Equal(t, context.DeadlineExceeded, errs[1])
+	// Cancelling the context ends the wait with the context's error.
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	within(t, time.Minute, "a cancelled write", func() { errs = patient.WriteParts(cctx, batch) })
+	require.Equal(t, []error{context.Canceled, context.Canceled}, errs)
+	require.Equal(t, []store.Object{{}}, query(t, s, key, "kv_late")[:1])
+
+	// A writer of another layout is refused until the lease has passed,
+	// without waiting for a lock.
+	clk.add(time.Hour)
+	require.Equal(t, []error{store.ErrLayoutConflict, store.ErrLayoutConflict, store.ErrLayoutConflict}, s.WriteParts(ctx, layoutB.writeAll(key)), "at the lease")
+	// Past it, the claim's lock still held after the lock wait holds up
+	// nobody; the lock file, taken less than a lease ago, does.
+	require.NoError(t, os.Chtimes(lockPath, clk.t, clk.t))
+	clk.add(time.Second)
+	require.Equal(t, []string{"write kv_held part 0: lock " + lockPath + " is held by another writer; waited 200ms"}, errStrings(s.WriteParts(ctx, []store.PartWrite{layoutB.write(key, 0)})))
+	// Held since longer ago than the lease, it is passed over too: the
+	// page is taken over, completes in the new layout, and its new claim's
+	// lock is free.
+	clk.add(time.Hour)
 	require.Equal(t, []error{nil, nil, nil}, s.WriteParts(ctx, layoutB.writeAll(key)))
 	layoutB.requireStored(t, s, key)
-	require.NoFileExists(t, partPath(s.objectDir(key), gen, 1))
+	fresh := openByURL(t, "file://"+dir)
+	layoutB.requireStored(t, fresh, key)
+	require.Equal(t, []error{store.ErrComplete}, fresh.WriteParts(ctx, []store.PartWrite{layoutA.write(key, 0)}))
+	gen := claimOf(t, s, key).gen
+	require.NotEqual(t, oldGen, gen)
+	require.Equal(t, []string{"claim", "lock", "part-" + gen + "-0", "part-" + gen + "-1", "part-" + gen + "-2"}, objectEntries(t, s, key))
+}
+
+// TestProcessStoppedWriter stops a writer process (SIGSTOP) in the middle
+// of a part, holding its claim's lock shared. A writer of its layout shares
+// the lock. A writer of another layout is refused until the claim is older
+// than the lease, then waits the lock wait and takes the object over without
+// the lock, and the object completes in its layout. The stopped writer,
+// resumed, finds its claim replaced (whether its temporary file went with
+// the takeover or not) and reports its part refused; the object still
+// reads as the new layout's, and the new claim's time is not touched.
+func TestProcessStoppedWriter(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		keepTemp bool // the stopped writer's temporary file looks fresh to the new layout's writer
+	}{{"temporary file removed", false}, {"temporary file kept", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			const key = "kv_stopped"
+			cmd := helper(t, dir, "stopped", key)
+			cmd.Env = append(cmd.Env, envLease+"=1ms") // it refreshes its claim after every fragment
+			out := startUntil(t, cmd, "stopping")
+			var ws syscall.WaitStatus
+			for {
+				_, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WUNTRACED, nil)
+				if err != syscall.EINTR {
+					require.NoError(t, err)
+					break
+				}
+			}
+			require.True(t, ws.Stopped(), "the writer is not stopped: %v", ws)
+
+			clk := &clock{time.Now()}
+			s, err := Open(dir, Options{Lease: time.Hour, LockWait: 200 * time.Millisecond, now: clk.now})
+			require.NoError(t, err)
+			defer s.Close()
+			oldGen := claimOf(t, s, key).gen
+			tmps, err := filepath.Glob(filepath.Join(s.objectDir(key), ".tmp-*"))
+			require.NoError(t, err)
+			require.Len(t, tmps, 1, "the writer is writing part 0")
+
+			// The same layout shares the lock (a retry of a written part
+			// writes nothing and succeeds).
+			require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{bigLayout().write(key, 1)}))
+			require.Equal(t, []error{store.ErrLayoutConflict, store.ErrLayoutConflict, store.ErrLayoutConflict}, s.WriteParts(ctx, layoutB.writeAll(key)))
+			clk.add(2 * time.Hour)
+			if c.keepTemp {
+				require.NoError(t, os.Chtimes(tmps[0], clk.t, clk.t))
+			}
+			require.Equal(t, []error{nil, nil, nil}, s.WriteParts(ctx, layoutB.writeAll(key)))
+			layoutB.requireStored(t, s, key)
+			gen := claimOf(t, s, key).gen
+			require.NotEqual(t, oldGen, gen)
+			if c.keepTemp {
+				require.FileExists(t, tmps[0])
+			} else {
+				require.NoFileExists(t, tmps[0])
+			}
+
+			// Continue it, again until it answers: a SIGCONT that comes
+			// between its look for the file and its next stop is lost.
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "continue"), nil, 0o666))
+			lines := make(chan string, 1)
+			go func() {
+				line, _ := out.ReadString('\n')
+				lines <- line
+			}()
+			var line string
+			within(t, time.Minute, "the resumed writer", func() {
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				for line == "" {
+					cmd.Process.Signal(syscall.SIGCONT)
+					select {
+					case line = <-lines:
+					case <-tick.C:
+					}
+				}
+			})
+			require.Equal(t, store.ErrLayoutConflict.Error()+"\n", line)
+			require.NoError(t, cmd.Wait())
+
+			fresh := openByURL(t, "file://"+dir)
+			layoutB.requireStored(t, fresh, key)
+			fi, err := os.Stat(filepath.Join(s.objectDir(key), "claim"))
+			require.NoError(t, err)
+			require.True(t, clk.t.Equal(fi.ModTime()), "the new claim's time %v is not its writer's %v", fi.ModTime(), clk.t)
+			require.Equal(t, []string{"claim", "lock", "part-" + gen + "-0", "part-" + gen + "-1", "part-" + gen + "-2"}, objectEntries(t, s, key))
+		})
+	}
 }
 
 // TestProcessLowFileLimit: a process whose open-file limit is 40 reads 300
