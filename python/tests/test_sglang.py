@@ -24,6 +24,7 @@ import pytest
 
 import kvreshard as kv
 import kvreshard.sglang as ks
+from kvreshard.sglang import compat
 import oracle as o
 from sglang_pools import (DIM, PAGE, FakeLogicalHostPool, FakeMambaPoolHost, FakeMHAHostPool,  # noqa: F401
                           FakeMLAHostPool, indices)
@@ -381,7 +382,7 @@ def test_storage_metrics_lookup(monkeypatch, caplog):
                         None)]:
         for k, v in mods.items():  # None in sys.modules: the import fails
             monkeypatch.setitem(sys.modules, k, v)
-        monkeypatch.setattr(ks, "_metrics_class", None)
+        monkeypatch.setattr(compat, "_metrics_class", None)
         with caplog.at_level(logging.INFO, logger="kvreshard.sglang"):
             assert ks.storage_metrics_class() is want
         del sys.modules["sglang.srt.observability.metrics_collector"]  # looked up once
@@ -400,9 +401,9 @@ def test_stats_without_storage_metrics(tmp_path, monkeypatch, caplog):
             raise TypeError("this StorageMetrics needs arguments")
 
     w = instance("file://" + str(tmp_path), 1, 1, [LAYERS], "page_first")
-    monkeypatch.setattr(ks, "_metrics_class", (None,))
+    monkeypatch.setattr(compat, "_metrics_class", (None,))
     assert w[0][0].get_stats() is None
-    monkeypatch.setattr(ks, "_metrics_class", (Other,))
+    monkeypatch.setattr(compat, "_metrics_class", (Other,))
     with caplog.at_level(logging.ERROR, logger="kvreshard.sglang"):
         assert w[0][0].get_stats() is None
     assert caplog.messages == ["kvreshard: get_stats: this StorageMetrics needs arguments"]
@@ -410,7 +411,7 @@ def test_stats_without_storage_metrics(tmp_path, monkeypatch, caplog):
 
 
 def test_stats_and_clear(tmp_path, monkeypatch):
-    monkeypatch.setattr(ks, "_metrics_class", (FakeStorageMetrics,))
+    monkeypatch.setattr(compat, "_metrics_class", (FakeStorageMetrics,))
     url = "file://" + str(tmp_path)
     sp = spec()
     w = instance(url, 1, 1, [LAYERS], "page_first")
