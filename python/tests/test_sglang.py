@@ -188,8 +188,8 @@ def test_page_evicted_mid_batch(tmp_path):
 
 @pytest.mark.parametrize("numpy", [True, False])
 def test_bad_indices(tmp_path, caplog, monkeypatch, numpy):
-    if not numpy:
-        monkeypatch.setattr(kv, "_np", None)
+    if not numpy:  # host indices read without numpy
+        monkeypatch.setattr(compat, "_np", None)
     url = "file://" + str(tmp_path)
     sp = spec()
     w = instance(url, 1, 1, [LAYERS], "page_first")

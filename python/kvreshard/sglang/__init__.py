@@ -128,7 +128,7 @@ the last.
 # config as a kvreshard Model, Placement and Pool) and storage
 # (KvreshardStorage). Everything below is the package's public API, as
 # kvreshard.sglang was one module before.
-from .binding import Binding, ConfigError, bind, context_parallel, sglang_split, sglang_stage
+from .binding import HOST_LAYOUTS, Binding, ConfigError, bind, context_parallel, sglang_split, sglang_stage
 from .compat import (HAVE_SGLANG, HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo, PoolHitPolicy,
                      PoolName, PoolTransfer, PoolTransferResult, storage_metrics_class)
 from .storage import KvreshardStorage
@@ -136,5 +136,5 @@ from .storage import KvreshardStorage
 __all__ = [
     "KvreshardStorage", "ConfigError", "Binding", "bind", "context_parallel", "sglang_stage", "sglang_split",
     "storage_metrics_class", "HAVE_SGLANG", "HiCacheStorage", "HiCacheStorageConfig", "HiCacheStorageExtraInfo",
-    "PoolName", "PoolHitPolicy", "PoolTransfer", "PoolTransferResult",
+    "PoolName", "PoolHitPolicy", "PoolTransfer", "PoolTransferResult", "HOST_LAYOUTS",
 ]

@@ -58,6 +58,11 @@ def sglang_split(layers, pp_size):
     return out
 
 
+# SGLang's host pool layouts (--hicache-mem-layout) that the backend binds,
+# by SGLang's names: each is stored as the kvreshard pool layout of the same
+# name. SGLang's page_unified and page_first_kv_split are not among them.
+HOST_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+
 _FP8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
            "float32": "fp32", "float": "fp32", "fp32": "fp32", "fp8": "fp8", "uint8": "fp8"}
@@ -233,8 +238,8 @@ def bind(config, mem_pool_host, extra=None):
     if getattr(config, "should_split_heads", False):
         raise ConfigError("should_split_heads (tp_lcm_size) is not supported")
     layout = attr("layout")
-    if layout not in kv.POOL_LAYOUTS:
-        raise ConfigError("host pool layout %r is not one of %s" % (layout, ", ".join(kv.POOL_LAYOUTS)))
+    if layout not in HOST_LAYOUTS:
+        raise ConfigError("host pool layout %r is not one of %s" % (layout, ", ".join(HOST_LAYOUTS)))
     page = int(attr("page_size"))
     pages = int(attr("page_num"))
     size = int(getattr(p, "size", pages * page))

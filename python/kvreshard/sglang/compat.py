@@ -1,8 +1,9 @@
-"""SGLang compatibility of kvreshard.sglang: SGLang's HiCache storage
-classes when its hicache_storage module is importable, else stand-ins with
-the same names and fields (so that the package imports, and is tested,
-without SGLang or torch), and the lookup of SGLang's StorageMetrics, which
-moved in 0.5.10. Written against SGLang 0.5.23."""
+"""SGLang compatibility of kvreshard.sglang, and what it may run without:
+SGLang's HiCache storage classes when its hicache_storage module is
+importable, else stand-ins with the same names and fields (so that the
+package imports, and is tested, without SGLang or torch); the lookups of
+SGLang's StorageMetrics, which moved in 0.5.10, and of its PP split rule;
+and numpy, optional. Written against SGLang 0.5.23."""
 
 import importlib
 import logging
@@ -158,3 +159,20 @@ def sglang_pp_indices():
     except Exception:
         return None
     return get_pp_indices
+
+
+_np = False  # numpy, or None without it, once looked up
+
+
+def numpy_or_none():
+    """numpy, or None when it is not installed: imported on first use, so
+    that the package imports without it (host indices are then read as a
+    sequence of ints)."""
+    global _np
+    if _np is False:
+        try:
+            import numpy
+            _np = numpy
+        except ImportError:
+            _np = None
+    return _np

@@ -8,7 +8,8 @@ import time
 import kvreshard as kv
 
 from .binding import ConfigError, bind, extra_flag, extra_positive
-from .compat import METRICS_FIELDS, HiCacheStorage, PoolName, PoolTransferResult, storage_metrics_class
+from .compat import (METRICS_FIELDS, HiCacheStorage, PoolName, PoolTransferResult, numpy_or_none,
+                     storage_metrics_class)
 
 logger = logging.getLogger("kvreshard.sglang")
 
@@ -110,7 +111,7 @@ class KvreshardStorage(HiCacheStorage):
         if b is None:
             raise kv.InvalidArgument("kvreshard: no host pool registered", 1)
         ps = b.host_page or b.page
-        np = kv._numpy()
+        np = numpy_or_none()
         if np is not None:
             idx = np.asarray(host_indices)
             if idx.ndim != 1 or idx.shape[0] != n * ps:
