@@ -3,23 +3,25 @@ Placement and Pool (bind), and the PP split, context parallelism and
 extra_config values that go into it. ConfigError when they disagree or
 are not supported."""
 
+from __future__ import annotations
+
 import os
 from dataclasses import dataclass
-from typing import Any, List
+from typing import Any, Dict, List, Mapping, Optional, Tuple, overload
 
 import kvreshard as kv
 
-from .compat import sglang_pp_indices
+from .compat import HiCacheStorageConfig, sglang_pp_indices
 
 class ConfigError(kv.InvalidArgument):
     """The backend cannot start: its configuration, the host pool and the
     framework's placement disagree."""
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         super().__init__("kvreshard sglang: " + message, 1)
 
 
-def sglang_stage(layers, pp_rank, pp_size):
+def sglang_stage(layers: int, pp_rank: int, pp_size: int) -> Tuple[int, int]:
     """[start, end) of PP stage pp_rank by SGLang's rule: the
     SGLANG_PP_LAYER_PARTITION override (comma-separated layer counts), else
     layers // pp_size each, the remainder one each to the last stages.
@@ -41,7 +43,7 @@ def sglang_stage(layers, pp_rank, pp_size):
     return start, start + base + (1 if pp_rank >= first_long else 0)
 
 
-def sglang_split(layers, pp_size):
+def sglang_split(layers: int, pp_size: int) -> List[int]:
     """The layers of each PP stage as SGLang splits them: its own
     get_pp_indices when importable, else sglang_stage."""
     get_pp_indices = sglang_pp_indices() or sglang_stage
@@ -69,7 +71,7 @@ _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16"
 _DTYPES.update((v, "fp8") for v in _FP8)
 
 
-def _dtype_name(d):
+def _dtype_name(d: Any) -> str:
     """A torch or numpy dtype (or a kvreshard dtype name) as its bare name."""
     name = getattr(d, "name", None)  # numpy dtype
     if not isinstance(name, str):
@@ -77,7 +79,8 @@ def _dtype_name(d):
     return name.rsplit(".", 1)[-1]
 
 
-def _comp_shape(layout, layers, size, pages, page, heads, dim):
+def _comp_shape(layout: str, layers: int, size: int, pages: int, page: int, heads: int,
+                dim: int) -> Tuple[int, ...]:
     """The shape of one component (K, V or the MLA latent, heads 1) of
     SGLang's host pool of a layout (pool_host/mha.py and mla.py); an MHA
     kv_buffer of equal K and V dims is (2,) + this."""
@@ -87,7 +90,7 @@ def _comp_shape(layout, layers, size, pages, page, heads, dim):
             "page_head": (pages, heads, page, layers, dim)}[layout]
 
 
-def _region(t, what):
+def _region(t: Any, what: str) -> Any:
     """A host buffer as a kvreshard pool region: a torch tensor by address,
     anything else (numpy) as a buffer."""
     if callable(getattr(t, "data_ptr", None)):
@@ -100,14 +103,14 @@ def _region(t, what):
     return t
 
 
-def _nbytes(t):
+def _nbytes(t: Any) -> int:
     n = getattr(t, "nbytes", None)
     if isinstance(n, int):
         return n
     return t.numel() * t.element_size()
 
 
-def extra_int_list(what, v):
+def extra_int_list(what: str, v: Any) -> List[int]:
     if isinstance(v, str):
         v = [x for x in v.replace("/", ",").split(",") if x.strip()]
     try:
@@ -119,7 +122,7 @@ def extra_int_list(what, v):
     return out
 
 
-def extra_count(what, v):
+def extra_count(what: str, v: Any) -> int:
     if isinstance(v, str) and v.strip().isdigit():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -127,7 +130,7 @@ def extra_count(what, v):
     return v
 
 
-def extra_positive(what, v):
+def extra_positive(what: str, v: Any) -> int:
     if isinstance(v, str) and v.strip().isdigit():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -135,12 +138,21 @@ def extra_positive(what, v):
     return v
 
 
+def extra_flag(what: str, v: Any) -> bool:
+    """A boolean extra_config value: true/false (JSON), or 1/0."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise ConfigError("extra_config %s=%r is not true or false" % (what, v))
+
+
 @dataclass
 class Binding:
     """What a host pool and the storage config bind to in kvreshard."""
-    model: Any
-    placement: Any
-    pool: Any
+    model: kv.Model
+    placement: kv.Placement
+    pool: kv.Pool
     layout: str
     page: int
     slots: int
@@ -153,7 +165,17 @@ class Binding:
     draft_layers: int = 0  # the model's MTP draft layers (the last PP stage holds them)
 
 
-def _pool_int(p, name, default):
+@overload
+def _pool_int(p: Any, name: str, default: int) -> int:
+    ...
+
+
+@overload
+def _pool_int(p: Any, name: str, default: None) -> Optional[int]:
+    ...
+
+
+def _pool_int(p: Any, name: str, default: Optional[int]) -> Optional[int]:
     v = getattr(p, name, default)
     if v is None:
         return default
@@ -162,7 +184,8 @@ def _pool_int(p, name, default):
     return v.__index__()
 
 
-def context_parallel(config, pool, extra):
+def context_parallel(config: HiCacheStorageConfig, pool: Any,
+                     extra: Mapping[str, Any]) -> Tuple[int, int, int, bool]:
     """(cp, cp_rank, cp_interleave, widened) of a rank: the CP size, its CP
     rank, the tokens of each run dealt to a CP rank, and whether SGLang's
     host indices are widened (one page spans page_size x cp indices).
@@ -208,7 +231,7 @@ def context_parallel(config, pool, extra):
 
 
 
-def bind(config, mem_pool_host, extra=None):
+def bind(config: HiCacheStorageConfig, mem_pool_host: Any, extra: Optional[Dict[str, Any]] = None) -> Binding:
     """The kvreshard Model, Placement and Pool of a rank from SGLang's
     storage config and host pool; ConfigError when they disagree or are not
     supported."""
@@ -216,7 +239,7 @@ def bind(config, mem_pool_host, extra=None):
     p = mem_pool_host
     cls = type(p).__name__
 
-    def attr(name):
+    def attr(name: str) -> Any:
         if not hasattr(p, name):
             raise ConfigError("the host pool (%s) has no %s; kvreshard binds SGLang's "
                               "MHATokenToKVPoolHost and MLATokenToKVPoolHost" % (cls, name))
@@ -425,11 +448,3 @@ def bind(config, mem_pool_host, extra=None):
                    page_bytes=total // pages, cp=cp, cp_rank=cp_rank, cp_interleave=il,
                    host_page=page * cp if widened else page, draft_layers=model_drafts)
 
-
-def extra_flag(what, v):
-    """A boolean extra_config value: true/false (JSON), or 1/0."""
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, int) and v in (0, 1):
-        return bool(v)
-    raise ConfigError("extra_config %s=%r is not true or false" % (what, v))

@@ -9,7 +9,8 @@ import importlib
 import logging
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 # the package's one logger (every module logs as kvreshard.sglang)
 logger = logging.getLogger("kvreshard.sglang")
@@ -25,27 +26,27 @@ except Exception:  # ImportError, or SGLang without torch or a GPU
         """Stand-in for sglang.srt.mem_cache.hicache_storage.HiCacheStorage
         (same method names) when SGLang is not importable."""
 
-        def register_mem_pool_host(self, mem_pool_host):
+        def register_mem_pool_host(self, mem_pool_host: Any) -> None:
             self.mem_pool_host = mem_pool_host
 
-        def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
             if not hasattr(self, "registered_pools"):
                 self.registered_pools = {}
             self.registered_pools[host_pool_name] = host_pool
 
-        def on_host_pools_registered(self):
+        def on_host_pools_registered(self) -> None:
             pass
 
-        def batch_exists(self, keys, extra_info=None):
+        def batch_exists(self, keys: List[str], extra_info: Optional["HiCacheStorageExtraInfo"] = None) -> int:
             for i, k in enumerate(keys):
                 if not self.exists(k):
                     return i
             return len(keys)
 
-        def clear(self):
+        def clear(self) -> None:
             pass
 
-        def get_stats(self):
+        def get_stats(self) -> Any:
             return None
 
     @dataclass
@@ -90,7 +91,7 @@ except Exception:
         INDEXER = "indexer"
         DRAFT = "draft"
 
-        def __str__(self):
+        def __str__(self) -> str:
             return self.value
 
     class PoolHitPolicy(str, Enum):
@@ -128,10 +129,10 @@ except Exception:
 # modules, so storage_metrics_class looks it up on first use, not here.
 METRICS_MODULES = ("sglang.srt.observability.metrics_collector", "sglang.srt.metrics.collector")
 METRICS_FIELDS = ("prefetch_pgs", "backup_pgs", "prefetch_bandwidth", "backup_bandwidth")
-_metrics_class = None  # (the class or None,) once looked up
+_metrics_class: Optional[Tuple[Optional[type]]] = None  # (the class or None,) once looked up
 
 
-def storage_metrics_class():
+def storage_metrics_class() -> Optional[type]:
     """SGLang's StorageMetrics class, or None when it cannot be imported
     (looked up once; SGLang asserts that get_stats returns that class or
     None)."""
@@ -151,7 +152,7 @@ def storage_metrics_class():
     return _metrics_class[0]
 
 
-def sglang_pp_indices():
+def sglang_pp_indices() -> Optional[Callable[[int, int, int], Tuple[int, int]]]:
     """SGLang's get_pp_indices (its PP layer split, which honours
     SGLANG_PP_LAYER_PARTITION), or None when it cannot be imported."""
     try:
@@ -161,10 +162,10 @@ def sglang_pp_indices():
     return get_pp_indices
 
 
-_np = False  # numpy, or None without it, once looked up
+_np: Any = False  # numpy, or None without it, once looked up
 
 
-def numpy_or_none():
+def numpy_or_none() -> Optional[ModuleType]:
     """numpy, or None when it is not installed: imported on first use, so
     that the package imports without it (host indices are then read as a
     sequence of ints)."""

@@ -1,15 +1,28 @@
 """KvreshardStorage: the HiCacheStorage backend over a kvreshard store,
 SGLang's v1 (zero-copy, interface_v1) and v2 interfaces."""
 
+from __future__ import annotations
+
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, Union
 
 import kvreshard as kv
 
-from .binding import ConfigError, bind, extra_flag, extra_positive
-from .compat import (METRICS_FIELDS, HiCacheStorage, PoolName, PoolTransferResult, numpy_or_none,
-                     storage_metrics_class)
+from .binding import Binding, ConfigError, bind, extra_flag, extra_positive
+from .compat import (METRICS_FIELDS, HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo, PoolName,
+                     PoolTransfer, PoolTransferResult, numpy_or_none, storage_metrics_class)
+
+if TYPE_CHECKING:
+    import numpy
+
+# A v2 transfer's pool name (SGLang's PoolName, or its str value); what
+# batch_get_v2 and batch_set_v2 report, a bool a page of each transfer; and
+# the extra_info SGLang passes every call.
+PoolKey = Union[PoolName, str]
+V2Result = Dict[PoolKey, List[bool]]
+ExtraInfo = Optional[HiCacheStorageExtraInfo]
 
 logger = logging.getLogger("kvreshard.sglang")
 
@@ -31,7 +44,7 @@ class KvreshardStorage(HiCacheStorage):
     store's directory while no process uses it).
     """
 
-    def __init__(self, storage_config, kwargs=None):
+    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[Dict[str, Any]] = None) -> None:
         self.config = storage_config
         extra = dict(storage_config.extra_config or {})
         self.extra = extra
@@ -44,22 +57,23 @@ class KvreshardStorage(HiCacheStorage):
         if "max_procs" in extra:
             kv.set_max_procs(extra_positive("max_procs", extra["max_procs"]))
         self.check_parts = extra_flag("check_parts", extra.get("check_parts", False))
-        self.binding = None
-        self._reader = self._writer = None
+        self.binding: Optional[Binding] = None
+        self._reader: Optional[kv.Reader] = None
+        self._writer: Optional[kv.Writer] = None
         self._mu = threading.Lock()
-        self._unstored = set()  # names of pools a v2 call named that are not stored (logged once)
+        self._unstored: Set[str] = set()  # names of pools a v2 call named that are not stored (logged once)
         self._reset_counters()
         self.store = kv.Store(url)
         logger.info("kvreshard: store %s, TP %d/%d, PP %d/%d, attention CP %d/%d", url, storage_config.tp_rank,
                     storage_config.tp_size, storage_config.pp_rank, storage_config.pp_size,
                     getattr(storage_config, "attn_cp_rank", 0), getattr(storage_config, "attn_cp_size", 1))
 
-    def _reset_counters(self):
-        self.counters = {"get_batches": 0, "get_pages": 0, "get_hits": 0, "set_batches": 0,
+    def _reset_counters(self) -> None:
+        self.counters: Dict[str, int] = {"get_batches": 0, "get_pages": 0, "get_hits": 0, "set_batches": 0,
                          "set_pages": 0, "set_ok": 0, "errors": 0}
-        self._metrics = {f: [] for f in METRICS_FIELDS}
+        self._metrics: Dict[str, List[float]] = {f: [] for f in METRICS_FIELDS}
 
-    def register_mem_pool_host(self, mem_pool_host):
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Bind the rank's host pool: refuses (ConfigError) when the pool,
         the storage config and the PP split disagree, and publishes the
         manifest so that a store that fails stops the start."""
@@ -81,7 +95,7 @@ class KvreshardStorage(HiCacheStorage):
         logger.info("kvreshard: %r, %r, %r%s", b.model, b.placement, b.pool,
                     ", parts checked" if self.check_parts else "")
 
-    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: PoolKey) -> None:
         """Register a host pool of SGLang's v2 interface: the KV pool (the
         one register_mem_pool_host bound, or bound now) is stored; any other
         pool raises ConfigError naming it: kvreshard does not store it, and
@@ -99,12 +113,12 @@ class KvreshardStorage(HiCacheStorage):
                               % (type(host_pool).__name__, type(self.mem_pool_host).__name__))
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
 
-    def on_host_pools_registered(self):
+    def on_host_pools_registered(self) -> None:
         """SGLang's registration is over: a KV pool must be bound."""
         if self.binding is None:
             raise ConfigError("SGLang registered no KV host pool")
 
-    def _slots(self, host_indices, n):
+    def _slots(self, host_indices: Any, n: int) -> Union[List[int], numpy.ndarray]:
         """Host token indices (page_size per page, page-aligned; page_size x
         dcp_size under DCP, whose indices are logical) to pool slots."""
         b = self.binding
@@ -159,7 +173,7 @@ class KvreshardStorage(HiCacheStorage):
             slots.append(f // ps)
         return slots
 
-    def batch_exists(self, keys, extra_info=None):
+    def batch_exists(self, keys: Iterable[str], extra_info: ExtraInfo = None) -> int:
         """How many leading pages of keys the store holds complete (0 on error, logged)."""
         n = 0
         try:
@@ -173,7 +187,7 @@ class KvreshardStorage(HiCacheStorage):
             logger.error("kvreshard: batch_exists of %d pages failed: %s", n, e)
             return 0
 
-    def batch_get_v1(self, keys, host_indices, extra_info=None):
+    def batch_get_v1(self, keys: Iterable[str], host_indices: Any, extra_info: ExtraInfo = None) -> List[bool]:
         """Read pages (keys: any iterable of page hashes) into the host
         pool; True for each leading page read in full."""
         n, out = 0, []
@@ -203,7 +217,7 @@ class KvreshardStorage(HiCacheStorage):
             logger.error("kvreshard: batch_get_v1 of %d pages failed: %s", n, e)
         return out
 
-    def batch_set_v1(self, keys, host_indices, extra_info=None):
+    def batch_set_v1(self, keys: Iterable[str], host_indices: Any, extra_info: ExtraInfo = None) -> List[bool]:
         """Write pages from the host pool; True for each page the store
         holds afterwards (written, already complete, or written by the rank
         that owns the replicated heads). keys: any iterable of page hashes."""
@@ -236,7 +250,7 @@ class KvreshardStorage(HiCacheStorage):
             logger.error("kvreshard: batch_set_v1 of %d pages failed: %s", n, e)
         return out
 
-    def _count(self, **kw):
+    def _count(self, **kw: int) -> None:
         with self._mu:
             for k, v in kw.items():
                 self.counters[k] += v
@@ -244,7 +258,7 @@ class KvreshardStorage(HiCacheStorage):
     # SGLang's v2 interface: the KV pool's transfers are v1's calls; every
     # other pool is one kvreshard does not store (register_mem_host_pool_v2
     # refuses them, so SGLang should never name one).
-    def _unstored_pool(self, what, name):
+    def _unstored_pool(self, what: str, name: str) -> None:
         with self._mu:
             self.counters["errors"] += 1
             first = name not in self._unstored
@@ -253,14 +267,15 @@ class KvreshardStorage(HiCacheStorage):
             logger.error("kvreshard: %s names the %r pool, which kvreshard does not store: its pages are "
                          "reported missing (logged once a pool)", what, name)
 
-    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+    def batch_exists_v2(self, keys: Iterable[str], pool_transfers: Optional[Iterable[PoolTransfer]] = None,
+                        extra_info: ExtraInfo = None) -> PoolTransferResult:
         """PoolTransferResult: kv_hit_pages is the leading run of keys the
         store holds complete, reported for PoolName.KV and for the KV
         transfers among pool_transfers; a transfer of another pool makes
         the prefix unusable (kv_hit_pages 0, no hits). Never raises."""
         try:
             pages = self.batch_exists(keys, extra_info)
-            hits = {}
+            hits: Dict[PoolKey, int] = {}
             for t in pool_transfers or ():
                 name = getattr(t, "name", None)
                 if _pool_name(name) != "kv":
@@ -278,20 +293,21 @@ class KvreshardStorage(HiCacheStorage):
             logger.error("kvreshard: batch_exists_v2 failed: %s", e)
             return PoolTransferResult(0, {})
 
-    def batch_get_v2(self, transfers, extra_info=None):
+    def batch_get_v2(self, transfers: Iterable[PoolTransfer], extra_info: ExtraInfo = None) -> V2Result:
         """Read each PoolName.KV transfer's pages (batch_get_v1 of its keys
         and host_indices); {transfer name: [page read]} for every transfer,
         all False for a pool kvreshard does not store. Never raises."""
         return self._v2("batch_get_v2", self.batch_get_v1, transfers, extra_info)
 
-    def batch_set_v2(self, transfers, extra_info=None):
+    def batch_set_v2(self, transfers: Iterable[PoolTransfer], extra_info: ExtraInfo = None) -> V2Result:
         """Write each PoolName.KV transfer's pages (batch_set_v1);
         {transfer name: [page stored]} for every transfer, all False for a
         pool kvreshard does not store. Never raises."""
         return self._v2("batch_set_v2", self.batch_set_v1, transfers, extra_info)
 
-    def _v2(self, what, io, transfers, extra_info):
-        out = {}
+    def _v2(self, what: str, io: Callable[[List[str], Any, ExtraInfo], List[bool]],
+            transfers: Iterable[PoolTransfer], extra_info: ExtraInfo) -> V2Result:
+        out: V2Result = {}
         try:
             transfers = list(transfers or ())
         except Exception as e:
@@ -317,25 +333,26 @@ class KvreshardStorage(HiCacheStorage):
 
     # The copying interface of HiCacheStorage: kvreshard has only the
     # zero-copy one (interface_v1), so these report misses and failures.
-    def exists(self, key):
+    def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
 
-    def get(self, key, target_location=None, target_sizes=None):
+    def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> None:
         return None
 
-    def batch_get(self, keys, target_locations=None, target_sizes=None):
+    def batch_get(self, keys: Iterable[str], target_locations: Any = None, target_sizes: Any = None) -> List[None]:
         try:
             return [None] * len(_key_list(keys))
         except Exception:
             return []
 
-    def set(self, key, value=None, target_location=None, target_sizes=None):
+    def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
         return False
 
-    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+    def batch_set(self, keys: Iterable[str], values: Any = None, target_locations: Any = None,
+                  target_sizes: Any = None) -> bool:
         return False
 
-    def get_stats(self):
+    def get_stats(self) -> Any:
         """SGLang's StorageMetrics since the last call (pages and GB/s of
         each read and write batch); None (which SGLang takes for empty
         metrics) when SGLang's StorageMetrics cannot be imported or built."""
@@ -353,7 +370,7 @@ class KvreshardStorage(HiCacheStorage):
             logger.error("kvreshard: get_stats: %s", e)
             return None
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """This backend's counters and the reader's and writer's, as a dict."""
         with self._mu:
             out = dict(self.counters)
@@ -363,13 +380,13 @@ class KvreshardStorage(HiCacheStorage):
             out["writer"] = self._writer.stats()._asdict()
         return out
 
-    def clear(self):
+    def clear(self) -> None:
         """Reset this backend's counters and metrics. The store's pages stay:
         they are shared with every other rank and instance (see the class doc)."""
         with self._mu:
             self._reset_counters()
 
-    def close(self):
+    def close(self) -> None:
         """Close the reader, the writer and the store (SGLang's detach calls it)."""
         for o in (self._reader, self._writer, getattr(self, "store", None)):
             if o is not None:
@@ -379,7 +396,7 @@ class KvreshardStorage(HiCacheStorage):
                     logger.error("kvreshard: close: %s", e)
 
 
-def _key_list(keys):
+def _key_list(keys: Iterable[str]) -> List[str]:
     """keys (any iterable of str: a list, a generator) as a list."""
     if isinstance(keys, list):
         return keys
@@ -388,7 +405,7 @@ def _key_list(keys):
     return list(keys)
 
 
-def _pool_name(name):
+def _pool_name(name: Any) -> str:
     """A PoolName (or its str value) as its str value."""
     return str(getattr(name, "value", name))
 
