@@ -35,15 +35,18 @@ stdout, flushed:
   "bytes": b, "ops": o, "stop": "NONE"}``, s timed around the read call.
 - ``{"op": "calls", "rounds": r, "calls": n}``: r rounds of n calls
   read([], []), n calls of kvr_reader_read through ctypes with its
-  arguments ready (the empty read without the package's Python) and n
-  calls of the library's cheapest function (kvr_set_max_procs(0)); one
-  line a round, ``{"round": i, "us": mean µs of an empty read, "raw_us":
+  arguments ready (the empty read without the package's Python, on a
+  reader of the same rank that this module opens through the C API
+  itself, see RawReader) and n calls of the library's cheapest function
+  (kvr_set_max_procs(0)); one line a round, ``{"round": i, "us": mean µs of an empty read, "raw_us":
   of the ready call, "floor_us": of the cheapest call}``.
 - ``{"op": "digest"}``: ``{"sha256": [hex of K, hex of V]}`` of the pool.
 
 At end of input it closes everything and exits 0. A bad command or a
 failure answers ``{"error": "..."}`` and exits 1.
 """
+
+from __future__ import annotations
 
 import argparse
 import array
@@ -53,22 +56,22 @@ import json
 import mmap
 import sys
 import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
 import kvreshard as kv
-from kvreshard import _lib
 
 LAYERS, HEADS, DIM, PAGE = 80, 8, 128, 64
 
 
-def model(name):
+def model(name: str) -> kv.Model:
     return kv.Model(layers=LAYERS, kv_heads=HEADS, head_dim=DIM, dtype="bf16", page=PAGE, name=name)
 
 
-def keys(n):
+def keys(n: int) -> List[str]:
     return ["%016x" % ((i * 0x9e3779b97f4a7c15) & (1 << 64) - 1) for i in range(n)]
 
 
-def write(st, m, ks):
+def write(st: kv.Store, m: kv.Model, ks: Sequence[str]) -> None:
     """Every rank of TP 8 writes the pages from slot 0 of its page_first pool (PLHD parts)."""
     n = PAGE * LAYERS * 1 * DIM * 2  # one component of one slot of one head's pool
     for t in range(8):
@@ -84,7 +87,7 @@ def write(st, m, ks):
                     raise SystemExit("kvreshard bench: TP rank %d: write gave %s" % (t, bad[0].name))
 
 
-def reshard_pool(slots):
+def reshard_pool(slots: int) -> Tuple[kv.Pool, List[mmap.mmap]]:
     """The pool of rank 0/0 of TP 4 x PP 2 (layers 0-39, heads 0-1) in
     page_first: numpy arrays of SGLang's shape [tokens, layers, heads,
     dim] over page-aligned anonymous memory, as Go's large allocations
@@ -96,18 +99,129 @@ def reshard_pool(slots):
     return kv.Pool("page_first", arrays, slots), mem
 
 
+# The C API (cmd/libkvreshard/kvreshard.h, ABI version 1), declared here for
+# RawReader: the structs it passes and the functions it calls.
+ABI_VERSION = 1
+OK = 0  # KVR_OK
+ERRLEN = 1024  # the message buffer a call gets
+
+
+class CModel(ctypes.Structure):
+    """kvr_model."""
+    _fields_ = [("layers", ctypes.c_int32), ("kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32),
+                ("v_head_dim", ctypes.c_int32), ("page", ctypes.c_int32), ("mla", ctypes.c_int32),
+                ("dtype", ctypes.c_char_p), ("name", ctypes.c_char_p), ("revision", ctypes.c_char_p),
+                ("namespace_", ctypes.c_char_p), ("fingerprint", ctypes.c_char_p),
+                ("draft_layers", ctypes.c_int32)]
+
+
+class CPlacement(ctypes.Structure):
+    """kvr_placement."""
+    _fields_ = [("tp", ctypes.c_int32), ("pp", ctypes.c_int32), ("tp_rank", ctypes.c_int32),
+                ("pp_rank", ctypes.c_int32), ("pp_layers", ctypes.POINTER(ctypes.c_int32)),
+                ("cp", ctypes.c_int32), ("cp_rank", ctypes.c_int32), ("cp_interleave", ctypes.c_int32)]
+
+
+class CPool(ctypes.Structure):
+    """kvr_pool."""
+    _fields_ = [("layout", ctypes.c_char_p), ("nregions", ctypes.c_int32),
+                ("bases", ctypes.POINTER(ctypes.c_void_p)), ("sizes", ctypes.POINTER(ctypes.c_uint64)),
+                ("slots", ctypes.c_int64)]
+
+
+class CReadResult(ctypes.Structure):
+    """kvr_read_result."""
+    _fields_ = [("hit", ctypes.c_int64), ("bytes", ctypes.c_int64), ("ops", ctypes.c_int64),
+                ("stop", ctypes.c_int32)]
+
+
+_u64, _p, _n = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t
+_SIGNATURES = {
+    "kvr_version": ([], ctypes.c_int),
+    "kvr_set_max_procs": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)], ctypes.c_int),
+    "kvr_store_open": ([ctypes.c_char_p, ctypes.POINTER(_u64), _p, _n], ctypes.c_int),
+    "kvr_store_close": ([_u64, _p, _n], ctypes.c_int),
+    "kvr_reader_open": ([_u64, ctypes.POINTER(CModel), ctypes.POINTER(CPlacement), ctypes.POINTER(CPool),
+                         ctypes.POINTER(_u64), _p, _n], ctypes.c_int),
+    "kvr_reader_read": ([_u64, ctypes.c_char_p, _p, _p, ctypes.c_int64, ctypes.POINTER(CReadResult), _p, _n],
+                        ctypes.c_int),
+    "kvr_reader_close": ([_u64, _p, _n], ctypes.c_int),
+}
+
+
+class RawReader:
+    """A reader opened through the C API itself, over ctypes, on the library
+    the package uses (kvreshard.library_path(): the same loaded library, so
+    the same Go runtime): the calls figure times kvr_reader_read with its
+    arguments ready, and kvr_set_max_procs, without the package's Python in
+    between. It opens its own store handle of url and a reader of the same
+    model, placement and pool memory as the package's reader."""
+
+    def __init__(self, url: str, m: kv.Model, place: kv.Placement, pool: kv.Pool) -> None:
+        self.lib = ctypes.CDLL(kv.library_path())
+        for name, (args, res) in _SIGNATURES.items():
+            f = getattr(self.lib, name)
+            f.argtypes, f.restype = args, res
+        v = self.lib.kvr_version()
+        if v != ABI_VERSION:
+            raise RuntimeError("%s has C API version %d; the bench declares %d"
+                               % (kv.library_path(), v, ABI_VERSION))
+        self.err = ctypes.create_string_buffer(ERRLEN)
+        self.result = CReadResult()
+        self.store = self.reader = 0
+        strs = [s.encode("utf-8") for s in (m.dtype, m.name, m.revision, m.namespace, m.fingerprint)]
+        self._model = CModel(m.layers, m.kv_heads, m.head_dim, m.v_head_dim or 0, m.page, int(m.mla), *strs,
+                             m.draft_layers)
+        self._layers = None if place.pp_layers is None else (ctypes.c_int32 * place.pp)(*place.pp_layers)
+        layers = None if self._layers is None else ctypes.cast(self._layers, ctypes.POINTER(ctypes.c_int32))
+        self._place = CPlacement(place.tp, place.pp, place.rank[0], place.rank[1], layers, place.cp,
+                                 place.cp_rank, place.cp_interleave)
+        # the pool's buffers, exported for as long as this reader lives
+        self._keep = [(ctypes.c_char * n).from_buffer(r) for r, n in zip(pool.regions, pool.sizes)]
+        self._bases = (ctypes.c_void_p * len(self._keep))(*(ctypes.addressof(k) for k in self._keep))
+        self._sizes = (ctypes.c_uint64 * len(self._keep))(*pool.sizes)
+        self._pool = CPool(pool.layout.encode("utf-8"), len(self._keep), self._bases, self._sizes, pool.slots)
+        h = ctypes.c_uint64()
+        self._check("kvr_store_open",
+                    self.lib.kvr_store_open(url.encode("utf-8"), ctypes.byref(h), self.err, ERRLEN))
+        self.store = h.value
+        try:
+            self._check("kvr_reader_open", self.lib.kvr_reader_open(
+                self.store, ctypes.byref(self._model), ctypes.byref(self._place), ctypes.byref(self._pool),
+                ctypes.byref(h), self.err, ERRLEN))
+        except Exception:
+            self.close()
+            raise
+        self.reader = h.value
+
+    def _check(self, what: str, code: int) -> None:
+        if code != OK:
+            raise RuntimeError("%s: code %d: %s" % (what, code, self.err.value.decode("utf-8", "replace")))
+
+    def close(self) -> None:
+        """Close the reader, then the store."""
+        h, self.reader = self.reader, 0
+        if h:
+            self._check("kvr_reader_close", self.lib.kvr_reader_close(h, self.err, ERRLEN))
+        h, self.store = self.store, 0
+        if h:
+            self._check("kvr_store_close", self.lib.kvr_store_close(h, self.err, ERRLEN))
+
+
 class _Server:
     """The --serve mode: one command a line, JSON lines out."""
 
-    def __init__(self, out):
+    def __init__(self, out: TextIO) -> None:
         self.out = out
-        self.store = self.reader = None
+        self.store: Optional[kv.Store] = None
+        self.reader: Optional[kv.Reader] = None
+        self.raw: Optional[RawReader] = None
 
-    def say(self, obj):
+    def say(self, obj: Dict[str, Any]) -> None:
         self.out.write(json.dumps(obj) + "\n")
         self.out.flush()
 
-    def open(self, c):
+    def open(self, c: Dict[str, Any]) -> None:
         if self.reader is not None:
             raise ValueError("open: already open")
         keys, slots = c.get("keys"), c.get("slots")
@@ -117,18 +231,19 @@ class _Server:
         if c.get("domain") is not None and m.domain() != c["domain"]:
             raise ValueError("open: model domain %s, not the caller's %s" % (m.domain(), c["domain"]))
         self.keys, self.slots = keys, slots
+        self.url, self.model, self.place = c["url"], m, kv.Placement(4, 2, rank=(0, 0), pp_layers=[40, 40])
         self.pool, self.mem = reshard_pool(len(keys))
-        self.store = kv.Store(c["url"])
-        self.reader = kv.Reader(self.store, m, kv.Placement(4, 2, rank=(0, 0), pp_layers=[40, 40]), self.pool)
+        self.store = kv.Store(self.url)
+        self.reader = kv.Reader(self.store, m, self.place, self.pool)
         self.say({"layout": self.pool.layout, "slots": self.pool.slots, "regions": list(self.pool.sizes),
                   "domain": m.domain()})
 
-    def opened(self, op):
+    def opened(self, op: str) -> kv.Reader:
         if self.reader is None:
             raise ValueError("%s: open first" % op)
         return self.reader
 
-    def read(self, c):
+    def read(self, c: Dict[str, Any]) -> None:
         r, ks, slots = self.opened("read"), self.keys, self.slots
         for i in range(_count(c, "rounds")):
             t = time.perf_counter()
@@ -137,13 +252,15 @@ class _Server:
             self.say({"round": i, "seconds": d, "hit": res.hit, "bytes": res.bytes, "ops": res.ops,
                       "stop": res.stop.name, "message": res.message})
 
-    def calls(self, c):
+    def calls(self, c: Dict[str, Any]) -> None:
         r, n = self.opened("calls"), _count(c, "calls")
-        read, floor, prev = r.read, _lib.lib().kvr_set_max_procs, ctypes.c_int32()
-        raw, h, res, err = _lib.lib().kvr_reader_read, r._handle(), _lib.CReadResult(), _lib.errbuf()
+        if self.raw is None:
+            self.raw = RawReader(self.url, self.model, self.place, self.pool)
+        read, floor, prev = r.read, self.raw.lib.kvr_set_max_procs, ctypes.c_int32()
+        raw, h, res, err = self.raw.lib.kvr_reader_read, self.raw.reader, self.raw.result, self.raw.err
         offs = array.array("q", [0])
         off = offs.buffer_info()[0]
-        if raw(h, b"", off, None, 0, ctypes.byref(res), err, _lib.ERRLEN) != _lib.OK or res.hit != 0:
+        if raw(h, b"", off, None, 0, ctypes.byref(res), err, ERRLEN) != OK or res.hit != 0:
             raise RuntimeError("calls: an empty kvr_reader_read failed: %s" % err.value.decode("utf-8", "replace"))
         for i in range(_count(c, "rounds")):
             t = time.perf_counter()
@@ -153,7 +270,7 @@ class _Server:
             p, o = ctypes.byref(prev), ctypes.byref(res)
             t = time.perf_counter()
             for _ in range(n):
-                raw(h, b"", off, None, 0, o, err, _lib.ERRLEN)
+                raw(h, b"", off, None, 0, o, err, ERRLEN)
             w = time.perf_counter() - t
             t = time.perf_counter()
             for _ in range(n):
@@ -161,24 +278,24 @@ class _Server:
             f = time.perf_counter() - t
             self.say({"round": i, "us": d / n * 1e6, "raw_us": w / n * 1e6, "floor_us": f / n * 1e6})
 
-    def digest(self, c):
+    def digest(self, c: Dict[str, Any]) -> None:
         self.opened("digest")
         self.say({"sha256": [hashlib.sha256(m).hexdigest() for m in self.mem]})
 
-    def close(self):
-        for o in (self.reader, self.store):
+    def close(self) -> None:
+        for o in (self.raw, self.reader, self.store):
             if o is not None:
                 o.close()
 
 
-def _count(c, field):
+def _count(c: Dict[str, Any], field: str) -> int:
     v = c.get(field)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ValueError("%s: %s must be a positive int, not %r" % (c["op"], field, v))
     return v
 
 
-def serve(inp, out):
+def serve(inp: Iterable[str], out: TextIO) -> int:
     """Serve commands from inp (lines of JSON) on out until the end of inp;
     0 then, 1 after an error (reported as {"error": ...})."""
     s = _Server(out)
@@ -199,7 +316,7 @@ def serve(inp, out):
     return 0
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m kvreshard.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", help="the store holding the pages (required unless --serve)")
     ap.add_argument("--pages", type=int, default=64, help="pages to read (default 64)")

@@ -22,6 +22,7 @@ import sglang_env
 hs, bf = sglang_env.load()
 
 import kvreshard.sglang as ks  # noqa: E402
+from kvreshard.sglang import compat  # noqa: E402
 import oracle as o  # noqa: E402
 from sglang_pools import (PAGE, FakeLogicalHostPool, FakeMambaPoolHost, FakeMHAHostPool,  # noqa: E402
                           FakeMLAHostPool, indices)
@@ -165,7 +166,7 @@ def test_storage_metrics_location():
     with open(os.path.join(d, "srt", "observability", "metrics_collector.py")) as f:
         assert "\nclass StorageMetrics" in f.read()
     assert not os.path.exists(os.path.join(d, "srt", "metrics", "collector.py"))  # the old place, before 0.5.10
-    assert ks._METRICS_MODULES[0] == "sglang.srt.observability.metrics_collector"
+    assert compat.METRICS_MODULES[0] == "sglang.srt.observability.metrics_collector"
     assert ks.storage_metrics_class() is None
 
 

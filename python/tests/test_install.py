@@ -36,16 +36,21 @@ def test_pip_install_offline(tmp_path):
                        env=env_without_lib(KVRESHARD_ROOT=ROOT), timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(x for x in os.listdir(target / "kvreshard") if x != "__pycache__") == [
-        "__init__.py", "_lib.py", "bench.py", "libkvreshard.so", "sglang.py"]
-    code = ("import kvreshard as kv\n"
+        "__init__.py", "_lib.py", "bench.py", "libkvreshard.so", "sglang"]
+    assert sorted(x for x in os.listdir(target / "kvreshard" / "sglang") if x != "__pycache__") == [
+        "__init__.py", "binding.py", "compat.py", "storage.py"]
+    code = ("import kvreshard as kv, kvreshard.sglang as ks\n"
             "print(kv.library_path())\n"
-            "print(kv.Model(layers=2, kv_heads=1, head_dim=4, dtype='fp16', page=2).domain())\n")
+            "print(kv.Model(layers=2, kv_heads=1, head_dim=4, dtype='fp16', page=2).domain())\n"
+            "print(ks.__file__, ks.KvreshardStorage.__name__)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path),
                        env=env_without_lib(PYTHONPATH=str(target)), timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    path, domain = p.stdout.split()
+    path, domain, sglang, storage = p.stdout.split()
     assert path == str(target / "kvreshard" / "libkvreshard.so")
     assert len(domain) == 64
+    # the SGLang backend is in the install, where SGLang's factory imports it
+    assert (sglang, storage) == (str(target / "kvreshard" / "sglang" / "__init__.py"), "KvreshardStorage")
 
 
 def test_imports_without_numpy_sglang_or_torch():
