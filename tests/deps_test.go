@@ -1,4 +1,4 @@
-package ir_test
+package tests
 
 import (
 	"os/exec"
@@ -14,16 +14,17 @@ const module = "github.com/kvreshard/kvreshard"
 // TestServingLinksNoFrontEnd: what a serving process links (the example
 // of examples/serving, and the C library that Python and C++ serving
 // processes load) holds the IR, but not the .kvl front end (dsl, compiler,
-// participle), the generator (gen, jennifer), nor any test package
-// (testing, testify, kernelcheck).
+// participle), the generator (gen, jennifer), any test package (testing,
+// testify, the test kits), the benchmark suite, nor the launchers of
+// redis-server.
 func TestServingLinksNoFrontEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the go command")
 	}
 	banned := []string{
 		"github.com/alecthomas/participle/", "github.com/dave/jennifer/", "github.com/stretchr/testify/",
-		module + "/dsl", module + "/compiler", module + "/gen", module + "/testkit/kernelcheck",
-		"testing",
+		module + "/dsl", module + "/compiler", module + "/gen", module + "/testkit", module + "/internal/redisserver",
+		module + "/internal/redistest", module + "/cmd/kvreshard/internal/bench", module + "/runtime/bench", "testing",
 	}
 	for _, pkg := range []string{"./examples/serving", "./cmd/libkvreshard"} {
 		t.Run(pkg, func(t *testing.T) {
@@ -39,7 +40,8 @@ func TestServingLinksNoFrontEnd(t *testing.T) {
 // TestCommandLinksNoTestPackages: the kvreshard command links the .kvl
 // front end (for --kvl) and starts the Redis servers of `kvreshard bench`
 // with redisserver, but links no test package: not testing, testify,
-// redistest, storetest nor kernelcheck.
+// redistest nor the test kits but kerneltest, the element-by-element model
+// that is the plan figures' baseline (it links no test package itself).
 func TestCommandLinksNoTestPackages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the go command")
@@ -49,9 +51,9 @@ func TestCommandLinksNoTestPackages(t *testing.T) {
 	require.Contains(t, deps, module+"/dsl")
 	banned := []string{
 		"testing", "github.com/stretchr/testify/", module + "/internal/redistest",
-		module + "/testkit/storetest", module + "/testkit/kernelcheck",
+		module + "/testkit",
 	}
-	for _, d := range bannedDeps(deps, banned) {
+	for _, d := range bannedDeps(deps, banned, module+"/testkit/kerneltest") {
 		t.Errorf("./cmd/kvreshard links %s", d)
 	}
 }
@@ -75,7 +77,7 @@ func TestBannedDeps(t *testing.T) {
 func listDeps(t *testing.T, pkg string) []string {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-deps", pkg)
-	cmd.Dir = "../.."
+	cmd.Dir = ".."
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return strings.Fields(string(out))
