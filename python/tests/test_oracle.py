@@ -1,5 +1,5 @@
-"""The oracle's pool views against the axis orders of DESIGN.md (pool
-layouts, C outermost): element (slot, token, layer, head, element) of a
+"""The oracle's pool views against the axis orders of the built-in pool
+layouts (C outermost): element (slot, token, layer, head, element) of a
 component sits at the dense offset its order gives."""
 
 import numpy as np
@@ -34,7 +34,7 @@ def test_shares():
 
 
 def test_cp_tokens():
-    """Token sets against the formula of DESIGN.md and the issue: local
+    """Token sets against the formula of docs/design.md, section 9: local
     token j of CP rank c is token ((j // I) * CP + c) * I + j % I."""
     assert o.cp_tokens(8, 1, 0, 1) is None
     assert list(o.cp_tokens(8, 2, 1, 1)) == [1, 3, 5, 7]

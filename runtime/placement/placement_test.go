@@ -202,7 +202,8 @@ func TestConsistent(t *testing.T) {
 }
 
 // TestReferenceParts compares with the parts and part sizes of the
-// reference planner's cases (testdata/reference-plans.json of the design).
+// reference planner's cases (runtime/plan/testdata/reference-plans.json, made by the
+// proposal's own planner).
 func TestReferenceParts(t *testing.T) {
 	domain := (&manifest.Model{ModelID: "m"}).Domain()
 	type part struct {

@@ -19,8 +19,8 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
 
-// The tests in this file take the rows of the error table of DESIGN.md
-// section 4 in order. "Writer process gone" is tests/ (real processes).
+// The tests in this file take the rows of the error table of docs/design.md
+// section 7 in order. "Writer process gone" is tests/ (real processes).
 
 func statuses(n int, s reshard.Status) []reshard.Status {
 	out := make([]reshard.Status, n)
