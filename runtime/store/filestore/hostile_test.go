@@ -388,17 +388,16 @@ func TestClaimRefreshedWhileWriting(t *testing.T) {
 		return fi.ModTime()
 	}
 	var times []time.Duration
-	testHookFragment = func(part, fragment int) {
+	s.onFragment = func(part, fragment int) {
 		times = append(times, claimTime().Sub(start))
 		// Each fragment takes 20s; the lease is a minute.
 		require.Equal(t, []error{store.ErrLayoutConflict}, other.WriteParts(ctx, []store.PartWrite{twoParts("k", "b", 0)}), "fragment %d", fragment)
 		clk.add(20 * time.Second)
 	}
-	t.Cleanup(func() { testHookFragment = nil })
 	w := twoParts("k", "a", 1)
 	w.Data = [][]byte{w.Data[0][:4], w.Data[0][4:8], w.Data[0][8:12], w.Data[0][12:16], w.Data[0][16:]}
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{w}))
-	testHookFragment = nil
+	s.onFragment = nil
 	// Begun at start, refreshed after every fragment but the first (15s,
 	// a quarter of the lease, had not passed), and when linked.
 	require.Equal(t, []time.Duration{0, 20 * time.Second, 40 * time.Second, 60 * time.Second}, times)

@@ -74,7 +74,7 @@ func TestHelperProcess(t *testing.T) {
 		// args: key. Writes part 1, then starts part 0 and blocks in it.
 		l := bigLayout()
 		require.Equal(t, []error{nil}, s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 1)}))
-		testHookFragment = func(part, fragment int) {
+		s.onFragment = func(part, fragment int) {
 			if fragment == 3 {
 				fmt.Println("blocked")
 				select {} // until killed
@@ -92,7 +92,7 @@ func TestHelperProcess(t *testing.T) {
 		if err := s.WriteParts(context.Background(), []store.PartWrite{l.write(args[0], 1)})[0]; err != nil {
 			fail(err)
 		}
-		testHookFragment = func(part, fragment int) {
+		s.onFragment = func(part, fragment int) {
 			if fragment != 3 {
 				return
 			}
