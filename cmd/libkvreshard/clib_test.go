@@ -91,10 +91,10 @@ func headerFunctions(t *testing.T) []string {
 	h, err := os.ReadFile("kvreshard.h")
 	require.NoError(t, err)
 	var out []string
-	for _, m := range regexp.MustCompile(`(?m)^int (kvr_\w+)\(`).FindAllSubmatch(h, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^(?:int |const char \*)(kvr_\w+)\(`).FindAllSubmatch(h, -1) {
 		out = append(out, string(m[1]))
 	}
-	require.Len(t, out, 17, "functions declared in kvreshard.h")
+	require.Len(t, out, 18, "functions declared in kvreshard.h")
 	return out
 }
 
@@ -131,20 +131,44 @@ func TestExportedFunctions(t *testing.T) {
 		fmt.Fprintf(&src, "    (void *)&%s,\n", fn)
 	}
 	src.WriteString("};\n\nint main(void) {\n    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {\n" +
-		"        if (fns[i] == NULL) return 1;\n    }\n    printf(\"%d %d\\n\", (int)(sizeof fns / sizeof fns[0]), kvr_version());\n    return 0;\n}\n")
+		"        if (fns[i] == NULL) return 1;\n    }\n    int32_t minor = -1;\n    int major = kvr_version(&minor);\n" +
+		"    printf(\"%d %d.%d\\n\", (int)(sizeof fns / sizeof fns[0]), major, (int)minor);\n    return 0;\n}\n")
 	c := filepath.Join(t.TempDir(), "addresses.c")
 	require.NoError(t, os.WriteFile(c, []byte(src.String()), 0o644))
 	out, err := exec.Command(compileC(t, lib, "addresses", c)).CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	require.Equal(t, fmt.Sprintf("%d %d\n", len(fns), abiVersion), string(out))
+	require.Equal(t, fmt.Sprintf("%d %d.%d\n", len(fns), abiVersion, abiMinor), string(out))
 
 	// The header also compiles as C++ (its extern "C" guards).
 	cc := filepath.Join(t.TempDir(), "header.cc")
-	require.NoError(t, os.WriteFile(cc, []byte("#include \"kvreshard.h\"\nint (*v)(void) = kvr_version;\n"), 0o644))
+	require.NoError(t, os.WriteFile(cc, []byte("#include \"kvreshard.h\"\nint (*v)(int32_t *) = kvr_version;\n"), 0o644))
 	if gpp, err := exec.LookPath("g++"); err == nil {
 		out, err := exec.Command(gpp, "-std=c++11", "-Wall", "-Werror", "-I", ".", "-c", "-o", filepath.Join(t.TempDir(), "h.o"), cc).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 	}
+}
+
+// TestHandleTypes checks that the handle types are distinct: a program
+// that passes a writer where a reader is expected does not compile with
+// the flags the package builds with (-Werror=incompatible-pointer-types),
+// while the same program passing a reader does.
+func TestHandleTypes(t *testing.T) {
+	gcc := requireGCC(t)
+	compile := func(arg string) (string, error) {
+		src := "#include \"kvreshard.h\"\n\nint f(kvr_writer *w, kvr_reader *r, kvr_read_result *res) {\n" +
+			"    (void)w;\n    (void)r;\n    return kvr_reader_read(" + arg + ", NULL, NULL, NULL, 0, res, NULL, 0);\n}\n"
+		c := filepath.Join(t.TempDir(), "handles.c")
+		require.NoError(t, os.WriteFile(c, []byte(src), 0o644))
+		out, err := exec.Command(gcc, "-std=c99", "-Wall", "-Werror=incompatible-pointer-types", "-I", ".", "-c",
+			"-o", filepath.Join(t.TempDir(), "handles.o"), c).CombinedOutput()
+		return string(out), err
+	}
+	out, err := compile("r")
+	require.NoError(t, err, "a reader passed as a reader: %s", out)
+	out, err = compile("w")
+	require.Error(t, err, "a writer passed as a reader compiled")
+	require.Contains(t, out, "incompatible pointer type")
+	require.Contains(t, out, "kvr_writer")
 }
 
 // TestHeaderConstants checks that every constant of kvreshard.h equals the

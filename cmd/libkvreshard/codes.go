@@ -11,7 +11,8 @@ import (
 // does not depend on the header for its meaning; TestHeaderConstants checks
 // that every one equals the header's.
 const (
-	abiVersion = 1
+	abiVersion = 2
+	abiMinor   = 0
 
 	kvrOK        = 0
 	kvrEInval    = 1
@@ -33,13 +34,14 @@ const (
 	kvrStopCanceled = 3
 	kvrStopManifest = 4
 	kvrStopFailed   = 5
+	kvrStopChecksum = 6
 
 	kvrMaxProcs = 1024
 )
 
 // headerConstants names each constant as kvreshard.h does.
 var headerConstants = map[string]int{
-	"KVR_ABI_VERSION": abiVersion,
+	"KVR_ABI_VERSION": abiVersion, "KVR_ABI_MINOR": abiMinor,
 
 	"KVR_OK": kvrOK, "KVR_EINVAL": kvrEInval, "KVR_ESTORE": kvrEStore, "KVR_EMANIFEST": kvrEManifest,
 	"KVR_ECLOSED": kvrEClosed, "KVR_EFORK": kvrEFork, "KVR_EINTERNAL": kvrEInternal,
@@ -49,6 +51,7 @@ var headerConstants = map[string]int{
 
 	"KVR_STOP_NONE": kvrStopNone, "KVR_STOP_MISS": kvrStopMiss, "KVR_STOP_BUDGET": kvrStopBudget,
 	"KVR_STOP_CANCELED": kvrStopCanceled, "KVR_STOP_MANIFEST": kvrStopManifest, "KVR_STOP_FAILED": kvrStopFailed,
+	"KVR_STOP_CHECKSUM": kvrStopChecksum,
 
 	"KVR_MAX_PROCS": kvrMaxProcs,
 }
@@ -97,7 +100,9 @@ func statusCode(s reshard.Status) uint8 {
 }
 
 // stopCode is the KVR_STOP_* of why a read stopped (Result.Stop), as
-// reshard.Classify sorts it: a corrupt part (checksum) is a failed read.
+// reshard.Classify sorts it: KVR_STOP_FAILED is the store's failure, which
+// kvr_reader_read returns as KVR_ESTORE; a part that failed its checksums
+// is KVR_STOP_CHECKSUM, with KVR_OK.
 func stopCode(stop error) int {
 	switch reshard.Classify(stop) {
 	case reshard.StopNone:
@@ -110,6 +115,8 @@ func stopCode(stop error) int {
 		return kvrStopCanceled
 	case reshard.StopRejected:
 		return kvrStopManifest
+	case reshard.StopChecksum:
+		return kvrStopChecksum
 	}
 	return kvrStopFailed
 }

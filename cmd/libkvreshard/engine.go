@@ -86,9 +86,11 @@ func newCEngine(e *C.kvr_engine) (*cEngine, error) {
 	if e == nil {
 		return nil, invalidf("engine is NULL")
 	}
-	if err := checkSize(unsafe.Pointer(e), uintptr(e.size), unsafe.Sizeof(*e), "kvr_engine"); err != nil {
+	t, err := readIn(e, "kvr_engine")
+	if err != nil {
 		return nil, err
 	}
+	e = &t
 	for _, f := range []struct {
 		name string
 		set  bool
@@ -102,7 +104,7 @@ func newCEngine(e *C.kvr_engine) (*cEngine, error) {
 		return nil, invalidf("kvr_engine read_timeout_ms %d or lease_ms %d is negative", int64(e.read_timeout_ms), int64(e.lease_ms))
 	}
 	c := (*C.kvr_engine)(C.malloc(C.size_t(unsafe.Sizeof(*e))))
-	*c = *e
+	*c = t
 	return &cEngine{e: c}, nil
 }
 

@@ -79,17 +79,33 @@ func goStr(s *C.char) string {
 	return C.GoString(s)
 }
 
-func goModel(m *C.kvr_model) modelArgs {
+// goModel reads a kvr_model (growing).
+func goModel(p *C.kvr_model) (modelArgs, error) {
+	if p == nil {
+		return modelArgs{}, invalidf("model is NULL")
+	}
+	m, err := readIn(p, "kvr_model")
+	if err != nil {
+		return modelArgs{}, err
+	}
 	return modelArgs{
 		layers: int(m.layers), kvHeads: int(m.kv_heads), headDim: int(m.head_dim), vHeadDim: int(m.v_head_dim),
 		page: int(m.page), mla: int(m.mla),
 		dtype: goStr(m.dtype), name: goStr(m.name), revision: goStr(m.revision),
 		namespace: goStr(m.namespace_), fingerprint: goStr(m.fingerprint),
 		draftLayers: int(m.draft_layers),
-	}
+	}, nil
 }
 
-func goPlacement(p *C.kvr_placement) placementArgs {
+// goPlacement reads a kvr_placement (growing).
+func goPlacement(pp *C.kvr_placement) (placementArgs, error) {
+	if pp == nil {
+		return placementArgs{}, invalidf("placement is NULL")
+	}
+	p, err := readIn(pp, "kvr_placement")
+	if err != nil {
+		return placementArgs{}, err
+	}
 	a := placementArgs{tp: int(p.tp), pp: int(p.pp), tpRank: int(p.tp_rank), ppRank: int(p.pp_rank),
 		cp: int(p.cp), cpRank: int(p.cp_rank), cpInterleave: int(p.cp_interleave)}
 	// pp_layers has pp entries; with pp out of range the topology is
@@ -99,10 +115,18 @@ func goPlacement(p *C.kvr_placement) placementArgs {
 			a.ppLayers = append(a.ppLayers, int(n))
 		}
 	}
-	return a
+	return a, nil
 }
 
-func goPool(p *C.kvr_pool) *poolArgs {
+// goPool reads a kvr_pool (growing).
+func goPool(pp *C.kvr_pool) (*poolArgs, error) {
+	if pp == nil {
+		return nil, invalidf("pool is NULL")
+	}
+	p, err := readIn(pp, "kvr_pool")
+	if err != nil {
+		return nil, err
+	}
 	a := &poolArgs{layout: goStr(p.layout), nregions: int(p.nregions), slots: int64(p.slots)}
 	if p.nregions >= 1 && p.nregions <= maxRegions && p.bases != nil && p.sizes != nil {
 		n := int(p.nregions)
@@ -113,7 +137,22 @@ func goPool(p *C.kvr_pool) *poolArgs {
 			a.sizes = append(a.sizes, uint64(s))
 		}
 	}
-	return a
+	return a, nil
+}
+
+// goRank reads the model, placement and pool of kvr_writer_open or
+// kvr_reader_open.
+func goRank(m *C.kvr_model, p *C.kvr_placement, pool *C.kvr_pool) (modelArgs, placementArgs, *poolArgs, error) {
+	ma, err := goModel(m)
+	if err != nil {
+		return ma, placementArgs{}, nil, err
+	}
+	pa, err := goPlacement(p)
+	if err != nil {
+		return ma, pa, nil, err
+	}
+	a, err := goPool(pool)
+	return ma, pa, a, err
 }
 
 // batch returns the store keys and slots of a call's n pages (slots nil
@@ -167,19 +206,17 @@ func enterBatch[T caller](h C.uint64_t, kind, missing string, keys *C.char, offs
 }
 
 //export kvrgoSetMaxProcs
-func kvrgoSetMaxProcs(n C.int32_t, prev *C.int32_t) (rc C.int) {
-	defer recoverTo(&rc, nil, 0)
+func kvrgoSetMaxProcs(n C.int32_t, prev *C.int32_t, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
 	old, e := setMaxProcs(int(n))
 	if e == nil && prev != nil {
 		*prev = C.int32_t(old)
 	}
-	return C.int(codeOf(e))
+	return finish(e, "", err, errlen)
 }
 
 // setMaxProcs sets GOMAXPROCS to n, or only reads it when n <= 0, and
 // returns the cap before the call. An n above maxProcs() changes nothing.
-// kvr_set_max_procs has no message buffer: the header states the bound,
-// and the message is for Go callers and tests.
 func setMaxProcs(n int) (int, error) {
 	if m := maxProcs(); n > m {
 		return 0, invalidf("n is %d; the cap is at most %d (KVR_MAX_PROCS, or the CPUs when more)", n, m)
@@ -199,13 +236,14 @@ func maxProcs() int { return max(kvrMaxProcs, runtime.NumCPU()) }
 //export kvrgoModelDomain
 func kvrgoModelDomain(m *C.kvr_model, out *C.char, outlen C.size_t, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
-	if m == nil {
-		return finish(invalidf("model is NULL"), "", err, errlen)
+	ma, e := goModel(m)
+	if e != nil {
+		return finish(e, "", err, errlen)
 	}
 	if out == nil || outlen < 65 {
 		return finish(invalidf("out has %d bytes; a model domain needs 65 (64 hex digits and a NUL)", uint64(outlen)), "", err, errlen)
 	}
-	model, e := buildModel(goModel(m))
+	model, e := buildModel(ma)
 	if e != nil {
 		return finish(e, "", err, errlen)
 	}
@@ -229,16 +267,23 @@ func kvrgoStoreOpen(url *C.char, h *C.uint64_t, err *C.char, errlen C.size_t) (r
 //export kvrgoStoreClose
 func kvrgoStoreClose(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
+	if h == 0 {
+		return finish(nil, "", err, errlen) // closing NULL does nothing
+	}
 	return finish(closeStore(uint64(h)), "", err, errlen)
 }
 
 //export kvrgoWriterOpen
 func kvrgoWriterOpen(sh C.uint64_t, m *C.kvr_model, p *C.kvr_placement, pool *C.kvr_pool, part *C.char, h *C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
-	if m == nil || p == nil || pool == nil || h == nil {
-		return finish(invalidf("model, placement, pool or writer is NULL"), "", err, errlen)
+	if h == nil {
+		return finish(invalidf("writer is NULL"), "", err, errlen)
 	}
-	v, e := openWriter(uint64(sh), goModel(m), goPlacement(p), goPool(pool), goStr(part))
+	ma, pa, a, e := goRank(m, p, pool)
+	if e != nil {
+		return finish(e, "", err, errlen)
+	}
+	v, e := openWriter(uint64(sh), ma, pa, a, goStr(part))
 	if e == nil {
 		*h = C.uint64_t(v)
 	}
@@ -279,6 +324,9 @@ func kvrgoWriterWrite(h C.uint64_t, keys *C.char, offsets, slots *C.int64_t, n C
 //export kvrgoWriterClose
 func kvrgoWriterClose(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
+	if h == 0 {
+		return finish(nil, "", err, errlen) // closing NULL does nothing
+	}
 	wh, e := lookup[*writerHandle](uint64(h), "writer")
 	if e == nil {
 		e = wh.close(uint64(h), "writer")
@@ -287,31 +335,38 @@ func kvrgoWriterClose(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
 }
 
 //export kvrgoWriterStats
-func kvrgoWriterStats(h C.uint64_t, out *C.kvr_writer_stats) (rc C.int) {
-	defer recoverTo(&rc, nil, 0)
+func kvrgoWriterStats(h C.uint64_t, out *C.kvr_writer_stats, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
 	wh, e := lookup[*writerHandle](uint64(h), "writer")
-	if e != nil {
-		return C.int(codeOf(e))
+	if e == nil && out == nil {
+		e = invalidf("out is NULL")
 	}
-	if out == nil {
-		return kvrEInval
+	if e == nil {
+		e = checkOut(out, "kvr_writer_stats")
+	}
+	if e != nil {
+		return finish(e, "", err, errlen)
 	}
 	s := wh.w.Stats()
-	*out = C.kvr_writer_stats{
+	writeOut(out, C.kvr_writer_stats{
 		requests: C.int64_t(s.Requests), pages: C.int64_t(s.Pages),
 		written: C.int64_t(s.Written), complete: C.int64_t(s.Complete), refused: C.int64_t(s.Refused),
 		replica: C.int64_t(s.Replica), failed: C.int64_t(s.Failed), bytes: C.int64_t(s.Bytes),
-	}
-	return kvrOK
+	})
+	return finish(nil, "", err, errlen)
 }
 
 //export kvrgoReaderOpen
 func kvrgoReaderOpen(sh C.uint64_t, m *C.kvr_model, p *C.kvr_placement, pool *C.kvr_pool, h *C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
-	if m == nil || p == nil || pool == nil || h == nil {
-		return finish(invalidf("model, placement, pool or reader is NULL"), "", err, errlen)
+	if h == nil {
+		return finish(invalidf("reader is NULL"), "", err, errlen)
 	}
-	v, e := openReader(uint64(sh), goModel(m), goPlacement(p), goPool(pool))
+	ma, pa, a, e := goRank(m, p, pool)
+	if e != nil {
+		return finish(e, "", err, errlen)
+	}
+	v, e := openReader(uint64(sh), ma, pa, a)
 	if e == nil {
 		*h = C.uint64_t(v)
 	}
@@ -341,6 +396,8 @@ func kvrgoReaderRead(h C.uint64_t, keys *C.char, offsets, slots *C.int64_t, n C.
 	missing := ""
 	if res == nil {
 		missing = "res is NULL"
+	} else if e := checkOut(res, "kvr_read_result"); e != nil {
+		missing = e.Error()
 	}
 	rh, ks, ss, e := enterBatch[*readerHandle](h, "reader", missing, keys, offsets, slots, true, n)
 	if e != nil {
@@ -351,12 +408,16 @@ func kvrgoReaderRead(h C.uint64_t, keys *C.char, offsets, slots *C.int64_t, n C.
 	if e != nil {
 		return finish(e, "", err, errlen)
 	}
-	*res = C.kvr_read_result{hit: C.int64_t(r.Hit), bytes: C.int64_t(r.Bytes), ops: C.int64_t(r.Ops), stop: C.int32_t(stopCode(r.Stop))}
-	msg := ""
-	if r.Stop != nil {
-		msg = r.Stop.Error()
+	stop := stopCode(r.Stop)
+	writeOut(res, C.kvr_read_result{hit: C.int64_t(r.Hit), bytes: C.int64_t(r.Bytes), ops: C.int64_t(r.Ops), stop: C.int32_t(stop)})
+	if r.Stop == nil {
+		return finish(nil, "", err, errlen)
 	}
-	return finish(nil, msg, err, errlen)
+	if stop == kvrStopFailed {
+		// The store failed: an error, with the hit prefix in *res usable.
+		return finish(errorf(kvrEStore, "%v", r.Stop), "", err, errlen)
+	}
+	return finish(nil, r.Stop.Error(), err, errlen)
 }
 
 //export kvrgoReaderSetOptions
@@ -373,63 +434,47 @@ func kvrgoReaderSetOptions(h C.uint64_t, opts *C.kvr_reader_options, err *C.char
 	return finish(e, "", err, errlen)
 }
 
-// goReaderOptions reads the options of a kvr_reader_options of the
-// caller's size (growing).
-func goReaderOptions(o *C.kvr_reader_options) (readerOptions, error) {
-	if o == nil {
+// goReaderOptions reads the options of a kvr_reader_options (growing).
+func goReaderOptions(p *C.kvr_reader_options) (readerOptions, error) {
+	if p == nil {
 		return readerOptions{}, invalidf("options is NULL")
 	}
-	if err := checkSize(unsafe.Pointer(o), uintptr(o.size), unsafe.Sizeof(*o), "kvr_reader_options"); err != nil {
+	o, err := readIn(p, "kvr_reader_options")
+	if err != nil {
 		return readerOptions{}, err
 	}
 	return readerOptions{copyWorkers: int64(o.copy_workers), maxPages: int64(o.max_pages), maxBytes: int64(o.max_bytes),
 		checkParts: o.check_parts != 0}, nil
 }
 
-// maxStructSize bounds the size a caller may give a growing struct.
-const maxStructSize = 4096
-
-// checkSize checks the size field of a growing struct at p, which this
-// library knows as known bytes: at least known, and any bytes past known
-// 0 (a field of a newer header this library does not have). The caller
-// then reads the fields of the first known bytes.
-func checkSize(p unsafe.Pointer, size, known uintptr, name string) error {
-	switch {
-	case size < known:
-		return invalidf("%s.size is %d; this library's %s has %d bytes: set size to sizeof(%s)", name, size, name, known, name)
-	case size > maxStructSize:
-		return invalidf("%s.size is %d, more than %d", name, size, maxStructSize)
-	}
-	for i, b := range unsafe.Slice((*byte)(p), size)[known:] {
-		if b != 0 {
-			return invalidf("%s byte %d is %d: a field this library (kvr_version %d) does not know is set", name, known+uintptr(i), b, abiVersion)
-		}
-	}
-	return nil
-}
-
 //export kvrgoReaderStats
-func kvrgoReaderStats(h C.uint64_t, out *C.kvr_reader_stats) (rc C.int) {
-	defer recoverTo(&rc, nil, 0)
+func kvrgoReaderStats(h C.uint64_t, out *C.kvr_reader_stats, err *C.char, errlen C.size_t) (rc C.int) {
+	defer recoverTo(&rc, err, errlen)
 	rh, e := lookup[*readerHandle](uint64(h), "reader")
-	if e != nil {
-		return C.int(codeOf(e))
+	if e == nil && out == nil {
+		e = invalidf("out is NULL")
 	}
-	if out == nil {
-		return kvrEInval
+	if e == nil {
+		e = checkOut(out, "kvr_reader_stats")
+	}
+	if e != nil {
+		return finish(e, "", err, errlen)
 	}
 	s := rh.stats()
-	*out = C.kvr_reader_stats{
+	writeOut(out, C.kvr_reader_stats{
 		requests: C.int64_t(s.Requests), pages: C.int64_t(s.Pages), hits: C.int64_t(s.Hits), misses: C.int64_t(s.Misses),
 		bytes: C.int64_t(s.Bytes), ops: C.int64_t(s.Ops), manifests_rejected: C.int64_t(s.ManifestsRejected),
 		fallbacks: C.int64_t(s.Fallbacks), parts_checked: C.int64_t(s.PartsChecked), checksum_errors: C.int64_t(s.ChecksumErrors),
-	}
-	return kvrOK
+	})
+	return finish(nil, "", err, errlen)
 }
 
 //export kvrgoReaderClose
 func kvrgoReaderClose(h C.uint64_t, err *C.char, errlen C.size_t) (rc C.int) {
 	defer recoverTo(&rc, err, errlen)
+	if h == 0 {
+		return finish(nil, "", err, errlen) // closing NULL does nothing
+	}
 	rh, e := lookup[*readerHandle](uint64(h), "reader")
 	if e == nil {
 		e = rh.close(uint64(h), "reader")

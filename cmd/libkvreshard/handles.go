@@ -18,7 +18,9 @@ import (
 )
 
 // A handle is a runtime/cgo.Handle of a *storeHandle, *writerHandle or
-// *readerHandle. cgo handles are never reused, so a closed handle cannot
+// *readerHandle: C holds it as the value of a kvr_store, kvr_writer or
+// kvr_reader pointer (kvreshard.c converts), which is never dereferenced.
+// cgo handles are never 0 and never reused, so a closed handle cannot
 // name a newer object: its Value panics, which lookup turns into
 // KVR_ECLOSED.
 
@@ -175,7 +177,7 @@ func kindName(v any) string {
 // lookup returns the object of handle h, which must be a T called kind.
 func lookup[T any](h uint64, kind string) (obj T, err error) {
 	if h == 0 {
-		return obj, errorf(kvrEClosed, "%s handle 0 is not a handle", kind)
+		return obj, invalidf("%s is NULL", kind)
 	}
 	v, ok := value(h)
 	if !ok {

@@ -10,6 +10,10 @@
 // microsecond in a virtual machine); the pids recorded at load and in the
 // child name both processes in the message.
 //
+// Handles cross into Go as the ids they hold (handle_id); Go's exports take
+// and return uint64_t ids, never the opaque pointer types, so that Go never
+// holds a value of a pointer type that points nowhere.
+//
 // The package compiles with -fvisibility=hidden, so the library exports
 // only the functions declared in kvreshard.h, not the Go exports below.
 
@@ -50,13 +54,41 @@ static int kvr_forked(char *err, size_t errlen) {
     return 1;
 }
 
-int kvr_version(void) { return KVR_ABI_VERSION; }
+// handle_id is the id a handle holds (0 for NULL).
+static uint64_t handle_id(const void *h) { return (uint64_t)(uintptr_t)h; }
 
-int kvr_set_max_procs(int32_t n, int32_t *prev) {
-    if (kvr_forked(NULL, 0)) {
+int kvr_version(int32_t *minor) {
+    if (minor != NULL) {
+        *minor = KVR_ABI_MINOR;
+    }
+    return KVR_ABI_VERSION;
+}
+
+const char *kvr_errstr(int code) {
+    switch (code) {
+    case KVR_OK:
+        return "success";
+    case KVR_EINVAL:
+        return "invalid argument";
+    case KVR_ESTORE:
+        return "store failed";
+    case KVR_EMANIFEST:
+        return "manifest rejected";
+    case KVR_ECLOSED:
+        return "closed or unknown handle";
+    case KVR_EFORK:
+        return "called in a forked child of the process that loaded the library";
+    case KVR_EINTERNAL:
+        return "internal error in the library";
+    }
+    return "unknown code";
+}
+
+int kvr_set_max_procs(int32_t n, int32_t *prev, char *err, size_t errlen) {
+    if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoSetMaxProcs(n, prev);
+    return kvrgoSetMaxProcs(n, prev, err, errlen);
 }
 
 int kvr_model_domain(const kvr_model *m, char *out, size_t outlen, char *err, size_t errlen) {
@@ -66,107 +98,129 @@ int kvr_model_domain(const kvr_model *m, char *out, size_t outlen, char *err, si
     return kvrgoModelDomain((kvr_model *)m, out, outlen, err, errlen);
 }
 
-int kvr_store_open(const char *url, uint64_t *store, char *err, size_t errlen) {
+int kvr_store_open(const char *url, kvr_store **store, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoStoreOpen((char *)url, store, err, errlen);
+    uint64_t h = 0;
+    int rc = kvrgoStoreOpen((char *)url, store == NULL ? NULL : &h, err, errlen);
+    if (store != NULL) {
+        *store = rc == KVR_OK ? (kvr_store *)(uintptr_t)h : NULL;
+    }
+    return rc;
 }
 
-int kvr_store_open_engine(const kvr_engine *e, const char *name, uint64_t *store, char *err, size_t errlen) {
+int kvr_store_open_engine(const kvr_engine *e, const char *name, kvr_store **store, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoStoreOpenEngine((kvr_engine *)e, (char *)name, store, err, errlen);
+    uint64_t h = 0;
+    int rc = kvrgoStoreOpenEngine((kvr_engine *)e, (char *)name, store == NULL ? NULL : &h, err, errlen);
+    if (store != NULL) {
+        *store = rc == KVR_OK ? (kvr_store *)(uintptr_t)h : NULL;
+    }
+    return rc;
 }
 
-int kvr_store_close(uint64_t store, char *err, size_t errlen) {
+int kvr_store_close(kvr_store *store, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoStoreClose(store, err, errlen);
+    return kvrgoStoreClose(handle_id(store), err, errlen);
 }
 
-int kvr_writer_open(uint64_t store, const kvr_model *m, const kvr_placement *p, const kvr_pool *pool,
-                    const char *part_layout, uint64_t *writer, char *err, size_t errlen) {
+int kvr_writer_open(kvr_store *store, const kvr_model *m, const kvr_placement *p, const kvr_pool *pool,
+                    const char *part_layout, kvr_writer **writer, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoWriterOpen(store, (kvr_model *)m, (kvr_placement *)p, (kvr_pool *)pool, (char *)part_layout,
-                           writer, err, errlen);
+    uint64_t h = 0;
+    int rc = kvrgoWriterOpen(handle_id(store), (kvr_model *)m, (kvr_placement *)p, (kvr_pool *)pool,
+                             (char *)part_layout, writer == NULL ? NULL : &h, err, errlen);
+    if (writer != NULL) {
+        *writer = rc == KVR_OK ? (kvr_writer *)(uintptr_t)h : NULL;
+    }
+    return rc;
 }
 
-int kvr_writer_publish(uint64_t writer, char *err, size_t errlen) {
+int kvr_writer_publish(kvr_writer *writer, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoWriterPublish(writer, err, errlen);
+    return kvrgoWriterPublish(handle_id(writer), err, errlen);
 }
 
-int kvr_writer_write(uint64_t writer, const char *keys, const int64_t *offsets, const int64_t *slots,
+int kvr_writer_write(kvr_writer *writer, const char *keys, const int64_t *offsets, const int64_t *slots,
                      int64_t n, uint8_t *statuses, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoWriterWrite(writer, (char *)keys, (int64_t *)offsets, (int64_t *)slots, n, statuses, err,
-                            errlen);
+    return kvrgoWriterWrite(handle_id(writer), (char *)keys, (int64_t *)offsets, (int64_t *)slots, n, statuses,
+                            err, errlen);
 }
 
-int kvr_writer_close(uint64_t writer, char *err, size_t errlen) {
+int kvr_writer_stats_get(kvr_writer *writer, kvr_writer_stats *out, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoWriterClose(writer, err, errlen);
+    return kvrgoWriterStats(handle_id(writer), out, err, errlen);
 }
 
-int kvr_reader_open(uint64_t store, const kvr_model *m, const kvr_placement *p, const kvr_pool *pool,
-                    uint64_t *reader, char *err, size_t errlen) {
+int kvr_writer_close(kvr_writer *writer, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoReaderOpen(store, (kvr_model *)m, (kvr_placement *)p, (kvr_pool *)pool, reader, err, errlen);
+    return kvrgoWriterClose(handle_id(writer), err, errlen);
 }
 
-int kvr_reader_exists(uint64_t reader, const char *keys, const int64_t *offsets, int64_t n,
+int kvr_reader_open(kvr_store *store, const kvr_model *m, const kvr_placement *p, const kvr_pool *pool,
+                    kvr_reader **reader, char *err, size_t errlen) {
+    if (kvr_forked(err, errlen)) {
+        return KVR_EFORK;
+    }
+    uint64_t h = 0;
+    int rc = kvrgoReaderOpen(handle_id(store), (kvr_model *)m, (kvr_placement *)p, (kvr_pool *)pool,
+                             reader == NULL ? NULL : &h, err, errlen);
+    if (reader != NULL) {
+        *reader = rc == KVR_OK ? (kvr_reader *)(uintptr_t)h : NULL;
+    }
+    return rc;
+}
+
+int kvr_reader_exists(kvr_reader *reader, const char *keys, const int64_t *offsets, int64_t n,
                       int64_t *complete, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoReaderExists(reader, (char *)keys, (int64_t *)offsets, n, complete, err, errlen);
+    return kvrgoReaderExists(handle_id(reader), (char *)keys, (int64_t *)offsets, n, complete, err, errlen);
 }
 
-int kvr_reader_read(uint64_t reader, const char *keys, const int64_t *offsets, const int64_t *slots,
+int kvr_reader_read(kvr_reader *reader, const char *keys, const int64_t *offsets, const int64_t *slots,
                     int64_t n, kvr_read_result *res, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoReaderRead(reader, (char *)keys, (int64_t *)offsets, (int64_t *)slots, n, res, err, errlen);
+    return kvrgoReaderRead(handle_id(reader), (char *)keys, (int64_t *)offsets, (int64_t *)slots, n, res, err,
+                           errlen);
 }
 
-int kvr_reader_set_options(uint64_t reader, const kvr_reader_options *opts, char *err, size_t errlen) {
+int kvr_reader_set_options(kvr_reader *reader, const kvr_reader_options *opts, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoReaderSetOptions(reader, (kvr_reader_options *)opts, err, errlen);
+    return kvrgoReaderSetOptions(handle_id(reader), (kvr_reader_options *)opts, err, errlen);
 }
 
-int kvr_reader_stats_get(uint64_t reader, kvr_reader_stats *out) {
-    if (kvr_forked(NULL, 0)) {
-        return KVR_EFORK;
-    }
-    return kvrgoReaderStats(reader, out);
-}
-
-int kvr_writer_stats_get(uint64_t writer, kvr_writer_stats *out) {
-    if (kvr_forked(NULL, 0)) {
-        return KVR_EFORK;
-    }
-    return kvrgoWriterStats(writer, out);
-}
-
-int kvr_reader_close(uint64_t reader, char *err, size_t errlen) {
+int kvr_reader_stats_get(kvr_reader *reader, kvr_reader_stats *out, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
     }
-    return kvrgoReaderClose(reader, err, errlen);
+    return kvrgoReaderStats(handle_id(reader), out, err, errlen);
+}
+
+int kvr_reader_close(kvr_reader *reader, char *err, size_t errlen) {
+    if (kvr_forked(err, errlen)) {
+        return KVR_EFORK;
+    }
+    return kvrgoReaderClose(handle_id(reader), err, errlen);
 }

@@ -1,5 +1,5 @@
 /*
- * kvreshard.h: the C API of libkvreshard, ABI version 1.
+ * kvreshard.h: the C API of libkvreshard, ABI version 2.0.
  *
  * libkvreshard writes the KV-cache pages of one serving rank's host pool
  * into a store and reads them back into any other rank's pool, whatever the
@@ -18,34 +18,60 @@
  *
  * Conventions (as SQLite's and zstd's):
  *
- *   - Every function returns an int code, KVR_OK (0) on success. Functions
- *     that can fail for a reason worth reading take `char *err, size_t
- *     errlen` and write a NUL-terminated message there (lower-case, naming
- *     what is wrong and where; truncated to fit, at a UTF-8 boundary; err may
- *     be NULL, and errlen 0 writes nothing; a NUL byte within the message,
- *     as of a store's error, is written as the four characters \x00). On
+ *   - Every function but kvr_version and kvr_errstr returns an int code,
+ *     KVR_OK (0) on success, and takes `char *err, size_t errlen`: it
+ *     writes a NUL-terminated message there (lower-case, naming what is
+ *     wrong and where; truncated to fit, at a UTF-8 boundary; err may be
+ *     NULL, and errlen 0 writes nothing; a NUL byte within the message, as
+ *     of a store's error, is written as the four characters \x00). On
  *     KVR_OK the message is empty, except that kvr_reader_read says there
  *     why it stopped early and kvr_writer_write names the first page that
- *     was refused or failed.
+ *     was refused or failed. kvr_errstr(code) describes a code.
  *   - Nothing is allocated across the boundary: every output goes into memory
  *     the caller passes. C never holds a Go pointer.
- *   - Handles (store, writer, reader) are opaque uint64_t values, never 0,
- *     never reused. Each is closed explicitly with its own close function.
- *     A closed or unknown handle gives KVR_ECLOSED; a handle of the wrong
- *     kind (a writer given to a reader function) KVR_EINVAL.
+ *   - Handles are pointers to the opaque types kvr_store, kvr_writer and
+ *     kvr_reader, so that a writer passed where a reader is expected does
+ *     not compile. A handle's value is an id, never dereferenced, never a
+ *     Go pointer, never NULL once opened and never reused. Each is closed
+ *     explicitly with its own close function; closing NULL does nothing and
+ *     returns KVR_OK (as free(NULL)). A closed handle gives KVR_ECLOSED; a
+ *     handle of another kind forced in by a cast (a writer given to a
+ *     reader function) and a NULL handle KVR_EINVAL.
+ *   - Structs grow: each begins with `uint32_t size`, which the caller sets
+ *     to sizeof the struct as it compiled it; zero-initialize the rest
+ *     (`kvr_model m = {.size = sizeof m, ...};`) so that fields it does not
+ *     set mean what their 0 says. A size smaller than the struct's first
+ *     version (ABI 2.0), or larger than 4096, is KVR_EINVAL naming the
+ *     struct. The library reads the fields of an input (kvr_model,
+ *     kvr_placement, kvr_pool, kvr_reader_options, kvr_engine) that lie
+ *     within size, a field past it as 0, and refuses bytes past the fields
+ *     it knows that are not 0 (a field of a newer header it cannot honour):
+ *     KVR_EINVAL naming the byte. Of an output (kvr_read_result,
+ *     kvr_reader_stats, kvr_writer_stats) it writes the fields that fit in
+ *     size, and 0 into bytes past the fields it knows; it never writes
+ *     size.
+ *   - Versions: KVR_ABI_VERSION is the major version, which changes when
+ *     an existing function or struct changes incompatibly: a library of
+ *     another major is not this API. KVR_ABI_MINOR counts the additions
+ *     since (functions, struct fields at the end, codes); a function
+ *     marked "ABI 2.N" below is missing from a library of a minor below N.
+ *     Check the library's version with kvr_version before calling a
+ *     function of a higher minor than the library's (look it up with dlsym
+ *     when the program may load an older library).
  *   - Every function may be called from several threads at once, on the same
  *     handles. A close waits for the calls in progress on that handle; after
  *     it returns the library does not touch the handle's pool again.
  *   - A store handle may be closed while writers or readers opened on it are
  *     still open: its handle is then closed at once, and the store itself
  *     when the last of them closes.
- *   - Fork: Go does not survive fork(). Every function except kvr_version,
- *     called in a forked child of the process that loaded the library,
- *     returns KVR_EFORK at once, without entering Go: the library marks a
- *     child with a pthread_atfork handler (fork() of the C library runs
- *     it; Python's os.fork and multiprocessing's fork do), and the message
- *     names the child and the process that loaded the library. Load the
- *     library in processes started by spawn or exec, or after the fork.
+ *   - Fork: Go does not survive fork(). Every function except kvr_version
+ *     and kvr_errstr, called in a forked child of the process that loaded
+ *     the library, returns KVR_EFORK at once, without entering Go: the
+ *     library marks a child with a pthread_atfork handler (fork() of the C
+ *     library runs it; Python's os.fork and multiprocessing's fork do), and
+ *     the message names the child and the process that loaded the library.
+ *     Load the library in processes started by spawn or exec, or after the
+ *     fork.
  *   - Pointers the caller passes must be valid for the sizes it states;
  *     a wrong pointer is undefined behaviour, as in any C library.
  *
@@ -72,16 +98,17 @@
 extern "C" {
 #endif
 
-/* The ABI version this header describes; kvr_version() returns the
- * library's. */
-#define KVR_ABI_VERSION 1
+/* The ABI version this header describes, major and minor; kvr_version()
+ * returns the library's. */
+#define KVR_ABI_VERSION 2
+#define KVR_ABI_MINOR 0
 
-/* Return codes. */
+/* Return codes (kvr_errstr describes each). */
 #define KVR_OK 0        /* success */
-#define KVR_EINVAL 1    /* bad argument: model, placement, pool, keys, slots, handle kind */
-#define KVR_ESTORE 2    /* the store failed or cannot be reached */
+#define KVR_EINVAL 1    /* bad argument: model, placement, pool, keys, slots, handle kind, struct size */
+#define KVR_ESTORE 2    /* the store failed or cannot be reached (connection, I/O, timeout) */
 #define KVR_EMANIFEST 3 /* a manifest was rejected (publish read back other bytes) */
-#define KVR_ECLOSED 4   /* unknown or closed handle */
+#define KVR_ECLOSED 4   /* closed or unknown handle */
 #define KVR_EFORK 5     /* called in a forked child of the process that loaded the library */
 #define KVR_EINTERNAL 6 /* a bug in the library; the message says what */
 
@@ -98,41 +125,42 @@ extern "C" {
 #define KVR_STOP_BUDGET 2   /* the prefetch budget was reached */
 #define KVR_STOP_CANCELED 3 /* the read was canceled */
 #define KVR_STOP_MANIFEST 4 /* a page's manifest was rejected (missing, corrupt, another model) */
-#define KVR_STOP_FAILED 5   /* a read failed (the store, a checksum) */
+#define KVR_STOP_FAILED 5   /* the store failed (connection, I/O, timeout): kvr_reader_read returns KVR_ESTORE */
+#define KVR_STOP_CHECKSUM 6 /* a page's bytes failed their checksums (check_parts) */
+
+/* The opaque handles (see the conventions above). */
+typedef struct kvr_store kvr_store;
+typedef struct kvr_writer kvr_writer;
+typedef struct kvr_reader kvr_reader;
 
 /* A model: everything that changes the content of its KV cache. */
 typedef struct {
+    uint32_t size;      /* sizeof(kvr_model) */
     int32_t layers;     /* 1..4096; the layers are 0..layers-1 */
     int32_t kv_heads;   /* KV heads of the whole model */
     int32_t head_dim;   /* elements of a K head (of the latent with mla) */
     int32_t v_head_dim; /* elements of a V head; 0 = head_dim; must be 0 with mla */
     int32_t page;       /* tokens per page */
     int32_t mla;        /* 0, or 1: one latent component instead of K and V */
-    const char *dtype;  /* "fp32", "bf16", "fp16" or "fp8" */
+    /* 0..layers: the last draft_layers of the layers are the draft layers of
+     * speculative decoding (MTP) that a page holds after the model's own
+     * (SGLang folds them into its host pool). They enter the model domain,
+     * so that pages with and without them never share a key; 0 gives the
+     * domain of a model without draft layers. */
+    int32_t draft_layers;
+    const char *dtype; /* "fp32", "bf16", "fp16" or "fp8" */
     /* The model's identity, NUL-terminated UTF-8; NULL = "". They enter the
      * model domain, so that another model, revision, tenant or semantic
      * variant never shares pages. The kvreshard command's defaults are
      * name "model", revision "0", namespace "kvreshard", fingerprint "". */
     const char *name, *revision, *namespace_, *fingerprint;
-    /* 0..layers: the last draft_layers of the layers are the draft layers of
-     * speculative decoding (MTP) that a page holds after the model's own
-     * (SGLang folds them into its host pool). They enter the model domain,
-     * so that pages with and without them never share a key; 0 gives the
-     * domain of a model without draft layers. Last in the struct: an
-     * initializer that stops before it (or `kvr_model m = {0};`) gives 0. */
-    int32_t draft_layers;
 } kvr_model;
 
-/* A rank's place in a TP x PP x CP topology. Zero-initialize it (as with
- * `kvr_placement p = {0};` or designated initializers) so that fields a
- * caller does not set mean what their 0 says. */
+/* A rank's place in a TP x PP x CP topology. */
 typedef struct {
+    uint32_t size;            /* sizeof(kvr_placement) */
     int32_t tp, pp;           /* tensor- and pipeline-parallel sizes */
     int32_t tp_rank, pp_rank; /* this rank: 0 <= tp_rank < tp, 0 <= pp_rank < pp */
-    /* The layers of each PP stage, pp entries summing to the model's layers,
-     * or NULL for kvreshard's even split (remainder to the first stages).
-     * Frameworks split differently: pass the framework's split. */
-    const int32_t *pp_layers;
     /* Context parallelism: a page's tokens are dealt to cp ranks in runs of
      * cp_interleave tokens, round-robin, so that token p of a page belongs to
      * CP rank (p / cp_interleave) % cp, and local token j of CP rank c is
@@ -145,6 +173,10 @@ typedef struct {
      * topology uses the same cp and cp_interleave. A pool of a CP rank holds
      * page / cp tokens a page (see kvr_pool). */
     int32_t cp, cp_rank, cp_interleave;
+    /* The layers of each PP stage, pp entries summing to the model's layers,
+     * or NULL for kvreshard's even split (remainder to the first stages).
+     * Frameworks split differently: pass the framework's split. */
+    const int32_t *pp_layers;
 } kvr_placement;
 
 /* A rank's host pool: caller-owned memory registered at open. It must stay
@@ -155,23 +187,34 @@ typedef struct {
  * (local token j as kvr_placement says): the token extent of every layout
  * below is page / cp, not page. */
 typedef struct {
+    uint32_t size; /* sizeof(kvr_pool) */
+    /* The layout's regions in order: K then V (2), or the latent (1) with
+     * mla, when the layout has C outermost; else one region holding every
+     * component. Each holds at least the region's bytes for `slots` pages;
+     * only those bytes are ever touched. Regions must not overlap. */
+    int32_t nregions;
     /* A pool layout: "page_first" ([slot][token][layer][head][dim] per
      * component), "page_first_direct" ([slot][layer][token][head][dim]),
      * "layer_first" ([layer][slot][token][head][dim]) or "page_head"
-     * ([slot][head][token][layer][dim]): SGLang's host pools. */
+     * ([slot][head][token][layer][dim]): SGLang's host pools; or a pool
+     * layout defined with kvr_define_layout (kvr_layouts lists them). */
     const char *layout;
-    /* The layout's regions in order: K then V (2), or the latent (1) with
-     * mla. Each holds at least the region's bytes for `slots` pages; only
-     * those bytes are ever touched. Regions must not overlap. */
-    int32_t nregions;
     void *const *bases;    /* nregions base addresses */
     const uint64_t *sizes; /* nregions sizes in bytes */
     int64_t slots;         /* pages the pool holds */
 } kvr_pool;
 
-/* kvr_version returns the ABI version of the library (KVR_ABI_VERSION of
- * the header it was built with). Compare it with KVR_ABI_VERSION. */
-int kvr_version(void);
+/* kvr_version returns the major ABI version of the library
+ * (KVR_ABI_VERSION of the header it was built with) and puts its minor
+ * version (KVR_ABI_MINOR) into *minor when minor is not NULL. A program
+ * compiled against this header works with a library of the same major
+ * and a minor at least that of the functions it calls. */
+int kvr_version(int32_t *minor);
+
+/* kvr_errstr returns a static description of a return code, as "invalid
+ * argument" for KVR_EINVAL, and "unknown code" for a code this library
+ * does not have. It never fails and may be called in a forked child. */
+const char *kvr_errstr(int code);
 
 /* The most kvr_set_max_procs sets, unless the process may run on more
  * CPUs (see there). */
@@ -189,9 +232,8 @@ int kvr_version(void);
  * which is at most those, can always be set again): a larger n is
  * KVR_EINVAL, and changes nothing (*prev is not written). Each unit of the
  * cap costs memory (about 15 KB; a cap of 100000 took 1.4 GiB) and more
- * than the CPUs run nothing more at once. This function has no message
- * buffer: the code alone says it. */
-int kvr_set_max_procs(int32_t n, int32_t *prev);
+ * than the CPUs run nothing more at once. */
+int kvr_set_max_procs(int32_t n, int32_t *prev, char *err, size_t errlen);
 
 /* kvr_model_domain writes the model domain of *m, 64 lower-case hex digits
  * and a NUL, into out (outlen at least 65). */
@@ -200,10 +242,14 @@ int kvr_model_domain(const kvr_model *m, char *out, size_t outlen, char *err, si
 /* kvr_store_open opens the store a URL names: "file:///abs/dir" (a
  * directory shared by processes, created if missing), "mem://" (a new
  * store in this process) or "mem://name" (one per name in this process),
- * "redis://host:port" or "redis+cluster://host:port". A malformed URL is
- * KVR_EINVAL, a store that cannot be reached KVR_ESTORE. */
-int kvr_store_open(const char *url, uint64_t *store, char *err, size_t errlen);
-int kvr_store_close(uint64_t store, char *err, size_t errlen);
+ * "redis://host:port" or "redis+cluster://host:port", and puts its handle
+ * into *store (NULL when the call fails). A malformed URL is KVR_EINVAL, a
+ * store that cannot be reached KVR_ESTORE. */
+int kvr_store_open(const char *url, kvr_store **store, char *err, size_t errlen);
+
+/* kvr_store_close closes a store handle (see the conventions on closing a
+ * store that writers or readers still use). */
+int kvr_store_close(kvr_store *store, char *err, size_t errlen);
 
 /* An object engine: a store of immutable objects under byte-string keys
  * that the host process has a client of (Mooncake Store, a NIXL-backed
@@ -279,25 +325,28 @@ typedef struct {
 } kvr_engine;
 
 /* kvr_store_open_engine opens a store on the engine *e (read at the call;
- * the callbacks and ctx must stay valid until the store closes). name
- * names the store in messages and picks its cost model: "mooncake://..."
- * or "engine:<name>". put, get, exists, sizes, read and remove are
- * required. */
-int kvr_store_open_engine(const kvr_engine *e, const char *name, uint64_t *store, char *err, size_t errlen);
+ * the callbacks and ctx must stay valid until the store closes) and puts
+ * its handle into *store (NULL when the call fails). name names the store
+ * in messages and picks its cost model: "mooncake://..." or
+ * "engine:<name>". put, get, exists, sizes, read and remove are required. */
+int kvr_store_open_engine(const kvr_engine *e, const char *name, kvr_store **store, char *err, size_t errlen);
 
 /* kvr_writer_open opens the writer of rank *p of model *m, whose pages are
- * in *pool. The pages are stored in part layout part_layout: "PLHD"
- * (token-major), "LPHD" (layer-major) or "HPLD" (head-major); NULL takes the
- * pool's: PLHD for page_first, LPHD for page_first_direct and layer_first,
- * HPLD for page_head. Every rank of one topology must use the same. */
-int kvr_writer_open(uint64_t store, const kvr_model *m, const kvr_placement *p, const kvr_pool *pool,
-                    const char *part_layout, uint64_t *writer, char *err, size_t errlen);
+ * in *pool, and puts its handle into *writer (NULL when the call fails).
+ * The pages are stored in part layout part_layout: "PLHD" (token-major),
+ * "LPHD" (layer-major), "HPLD" (head-major), or a part layout defined with
+ * kvr_define_layout; NULL takes the one the pool's layout writes: PLHD for
+ * page_first, LPHD for page_first_direct and layer_first, HPLD for
+ * page_head (kvr_layouts lists them). Every rank of one topology must use
+ * the same. */
+int kvr_writer_open(kvr_store *store, const kvr_model *m, const kvr_placement *p, const kvr_pool *pool,
+                    const char *part_layout, kvr_writer **writer, char *err, size_t errlen);
 
 /* kvr_writer_publish stores the writer's manifest (its topology and part
  * layout) as a pinned metadata object, reads it back and compares; the
  * first kvr_writer_write does it when it was not done. Other bytes read
  * back are KVR_EMANIFEST, a store that fails KVR_ESTORE. */
-int kvr_writer_publish(uint64_t writer, char *err, size_t errlen);
+int kvr_writer_publish(kvr_writer *writer, char *err, size_t errlen);
 
 /* kvr_writer_write writes this rank's part of the n pages keys (see Keys
  * above), page i held at pool slot slots[i], and puts one KVR_WRITTEN ..
@@ -305,49 +354,73 @@ int kvr_writer_publish(uint64_t writer, char *err, size_t errlen);
  * A page is readable once every part of it is written (every PP stage,
  * every distinct head interval of TP, every CP rank's tokens). It returns
  * an error only for bad arguments, a failed publish, or a failed batch
- * query; a page that was refused or failed is KVR_OK, named in err. */
-int kvr_writer_write(uint64_t writer, const char *keys, const int64_t *offsets, const int64_t *slots,
+ * query (KVR_ESTORE, every status KVR_FAILED); a page that was refused or
+ * failed is KVR_OK, named in err. */
+int kvr_writer_write(kvr_writer *writer, const char *keys, const int64_t *offsets, const int64_t *slots,
                      int64_t n, uint8_t *statuses, char *err, size_t errlen);
-int kvr_writer_close(uint64_t writer, char *err, size_t errlen);
 
-/* kvr_reader_open opens the reader of rank *p of model *m into *pool. It
- * reads pages written by any topology and part layout of the same model. */
-int kvr_reader_open(uint64_t store, const kvr_model *m, const kvr_placement *p, const kvr_pool *pool,
-                    uint64_t *reader, char *err, size_t errlen);
+/* A writer's counters since its open. */
+typedef struct {
+    uint32_t size;    /* sizeof(kvr_writer_stats), set by the caller */
+    int64_t requests; /* kvr_writer_write calls with valid arguments and pages */
+    int64_t pages;    /* pages given to them */
+    /* Pages by status; the pages of a batch whose query failed are failed. */
+    int64_t written, complete, refused, replica, failed;
+    int64_t bytes; /* bytes of the parts written */
+} kvr_writer_stats;
+
+/* kvr_writer_stats_get puts the writer's counters into *out (out->size
+ * set by the caller). */
+int kvr_writer_stats_get(kvr_writer *writer, kvr_writer_stats *out, char *err, size_t errlen);
+
+/* kvr_writer_close closes a writer handle. */
+int kvr_writer_close(kvr_writer *writer, char *err, size_t errlen);
+
+/* kvr_reader_open opens the reader of rank *p of model *m into *pool and
+ * puts its handle into *reader (NULL when the call fails). It reads pages
+ * written by any topology and part layout of the same model. */
+int kvr_reader_open(kvr_store *store, const kvr_model *m, const kvr_placement *p, const kvr_pool *pool,
+                    kvr_reader **reader, char *err, size_t errlen);
 
 /* kvr_reader_exists puts into *complete how many leading pages of the n
  * keys a read would read now: complete in the store, with a manifest this
  * reader accepts. A page past them that is missing is no error; one whose
  * manifest is rejected is KVR_OK with the reason in err; a query that
  * fails is KVR_ESTORE (with *complete the pages before it). */
-int kvr_reader_exists(uint64_t reader, const char *keys, const int64_t *offsets, int64_t n,
+int kvr_reader_exists(kvr_reader *reader, const char *keys, const int64_t *offsets, int64_t n,
                       int64_t *complete, char *err, size_t errlen);
 
 /* What one kvr_reader_read did. */
 typedef struct {
+    uint32_t size; /* sizeof(kvr_read_result), set by the caller */
+    int32_t stop;  /* KVR_STOP_*: why it stopped before the last page */
     int64_t hit;   /* leading pages read in full; only their slots may be used */
     int64_t bytes; /* bytes read into the pool */
     int64_t ops;   /* range reads issued */
-    int32_t stop;  /* KVR_STOP_*: why it stopped before the last page */
 } kvr_read_result;
 
 /* kvr_reader_read reads the leading run of complete pages of the n keys,
  * page i into pool slot slots[i] (slots distinct), and says in *res how
- * many it read in full. A miss, a rejected manifest or a failed read is not
- * an error: the call returns KVR_OK with res->stop set and the reason in
- * err; the slots of pages past res->hit may hold partial bytes. Errors are
- * bad arguments only. */
-int kvr_reader_read(uint64_t reader, const char *keys, const int64_t *offsets, const int64_t *slots,
+ * many it read in full (res->size set by the caller). Where it stopped
+ * early, res->stop says why and err the reason, and the slots of pages
+ * past res->hit may hold partial bytes.
+ *
+ * A miss, the prefetch budget, a rejected manifest and a page that failed
+ * its checksums (KVR_STOP_CHECKSUM) are KVR_OK: the store answered, and
+ * the caller goes on as for a miss (the page is recomputed; a checksum
+ * failure is that page's bytes, corrupt or another page's, not a store
+ * that is down, and kvr_reader_stats counts it). A store that failed
+ * (connection, I/O, a read past the engine's timeout) is KVR_ESTORE with
+ * res->stop KVR_STOP_FAILED: *res is filled all the same, and the res->hit
+ * leading pages are read in full and may be used. Any other error is a bad
+ * argument, and then *res is not written. */
+int kvr_reader_read(kvr_reader *reader, const char *keys, const int64_t *offsets, const int64_t *slots,
                     int64_t n, kvr_read_result *res, char *err, size_t errlen);
 
 /* How a reader's reads run (kvr_reader_set_options). Zero-initialize it
  * and set size to sizeof(kvr_reader_options): every field's 0 is its
- * default, and a struct of a later header may grow (see size).
+ * default.
  *
- *   size: sizeof(kvr_reader_options) as the caller compiled it. A library
- *     reads the fields it knows within size; a size smaller than its first
- *     version, or bytes past the fields it knows that are not 0 (an option
- *     of a newer library), is KVR_EINVAL naming the byte.
  *   copy_workers: the threads that copy a read's staged bytes into the
  *     pool, the calling one included; 0 = the GOMAXPROCS cap at this call
  *     (kvr_set_max_procs), 1 = the calling thread alone; at most 1024.
@@ -360,12 +433,12 @@ int kvr_reader_read(uint64_t reader, const char *keys, const int64_t *offsets, c
  *   check_parts: 1 checks every byte a read copies into the pool against
  *     the checksums its part was stored with (they bind the page's key,
  *     the manifest and the part number): a part that fails, or was copied
- *     from another page, stops the read at its page with KVR_STOP_FAILED
+ *     from another page, stops the read at its page with KVR_STOP_CHECKSUM
  *     and the reason in err, and none of its page is a hit. Reads are then
  *     staged, and read the checksum blocks (1 KiB) around the bytes needed
  *     and each part's checksums. 0 checks nothing. */
 typedef struct {
-    uint32_t size;
+    uint32_t size; /* sizeof(kvr_reader_options) */
     int32_t copy_workers;
     int64_t max_pages, max_bytes;
     int32_t check_parts;
@@ -376,10 +449,11 @@ typedef struct {
  * 0. A value out of range is KVR_EINVAL naming it; nothing changes then.
  * The reader's counters go on; its caches of manifests and plans start
  * empty. */
-int kvr_reader_set_options(uint64_t reader, const kvr_reader_options *opts, char *err, size_t errlen);
+int kvr_reader_set_options(kvr_reader *reader, const kvr_reader_options *opts, char *err, size_t errlen);
 
 /* A reader's counters since its open. */
 typedef struct {
+    uint32_t size;              /* sizeof(kvr_reader_stats), set by the caller */
     int64_t requests;           /* kvr_reader_read calls */
     int64_t pages;              /* pages requested */
     int64_t hits;               /* pages read in full */
@@ -392,18 +466,12 @@ typedef struct {
     int64_t checksum_errors;    /* pages whose parts did not match their checksums */
 } kvr_reader_stats;
 
-/* A writer's counters since its open. */
-typedef struct {
-    int64_t requests; /* kvr_writer_write calls with valid arguments and pages */
-    int64_t pages;    /* pages given to them */
-    /* Pages by status; the pages of a batch whose query failed are failed. */
-    int64_t written, complete, refused, replica, failed;
-    int64_t bytes;    /* bytes of the parts written */
-} kvr_writer_stats;
+/* kvr_reader_stats_get puts the reader's counters into *out (out->size
+ * set by the caller). */
+int kvr_reader_stats_get(kvr_reader *reader, kvr_reader_stats *out, char *err, size_t errlen);
 
-int kvr_reader_stats_get(uint64_t reader, kvr_reader_stats *out);
-int kvr_writer_stats_get(uint64_t writer, kvr_writer_stats *out);
-int kvr_reader_close(uint64_t reader, char *err, size_t errlen);
+/* kvr_reader_close closes a reader handle. */
+int kvr_reader_close(kvr_reader *reader, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

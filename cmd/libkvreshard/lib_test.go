@@ -304,7 +304,8 @@ func TestStopCode(t *testing.T) {
 		{fmt.Errorf("page k: %w", context.DeadlineExceeded), kvrStopCanceled},
 		// A manifest rejected for a store error wraps it.
 		{fmt.Errorf("page k: %w: m: %w", reshard.ErrManifest, errors.New("connection refused")), kvrStopManifest},
-		{fmt.Errorf("page k: %w", partsum.ErrMismatch), kvrStopFailed},
+		// A corrupt part is the page's, not a store failure (KVR_OK).
+		{fmt.Errorf("page k: %w", partsum.ErrMismatch), kvrStopChecksum},
 		{errors.New("connection refused"), kvrStopFailed},
 	} {
 		require.Equal(t, c.want, stopCode(c.err), "%v", c.err)
@@ -461,7 +462,8 @@ func TestWriteRead(t *testing.T) {
 	_, err = lookup[*readerHandle](rhv, "reader")
 	require.EqualError(t, err, fmt.Sprintf("reader handle %d is closed or was never opened", rhv))
 	_, err = lookup[*readerHandle](0, "reader")
-	require.EqualError(t, err, "reader handle 0 is not a handle")
+	require.EqualError(t, err, "reader is NULL")
+	require.Equal(t, kvrEInval, codeOf(err))
 	for _, w := range ws {
 		wh, err := lookup[*writerHandle](w, "writer")
 		require.NoError(t, err)

@@ -35,8 +35,11 @@ Objects and their C counterparts:
   using it, keeps the buffers alive; the caller keeps (address, nbytes)
   memory alive.
 - Writer(...).write(keys, slots) -> [WriteStatus]; Reader(...).exists(keys)
-  -> int and .read(keys, slots) -> ReadResult. A miss, the budget or a
-  rejected manifest is a result (ReadResult.stop), never an exception.
+  -> int and .read(keys, slots) -> ReadResult. A miss, the budget, a
+  rejected manifest, a page that failed its checksums, and a store that
+  failed during the read are results (ReadResult.stop), never exceptions:
+  the pages before the stop (ReadResult.hit) were read in full and may be
+  used, whatever stopped the read.
 
 Errors: InvalidArgument (also a ValueError), StoreError (also an OSError),
 ManifestError, ForkError (also a RuntimeError; a call in a forked child of
@@ -85,7 +88,8 @@ class Stop(enum.IntEnum):
     BUDGET = 2    # the prefetch budget was reached
     CANCELED = 3
     MANIFEST = 4  # a manifest was rejected (missing, corrupt, other model)
-    FAILED = 5    # a read failed
+    FAILED = 5    # the store failed (connection, I/O, timeout)
+    CHECKSUM = 6  # a page's bytes failed their checksums (check_parts)
 
 
 _STATUS = tuple(WriteStatus)
@@ -131,9 +135,8 @@ def set_max_procs(n):
                               "(1024, or the CPUs when more)" % (n, bound), _lib.EINVAL)
     n = _int32("set_max_procs: n", n, lo=-_I32)
     prev = ctypes.c_int32()
-    code = _lib.lib().kvr_set_max_procs(n, ctypes.byref(prev))
-    if code != _lib.OK:
-        raise _lib.error(code, "kvreshard: set_max_procs(%d) failed" % n)
+    err = _lib.errbuf()
+    _lib.check(_lib.lib().kvr_set_max_procs(n, ctypes.byref(prev), err, _lib.ERRLEN), err)
     return prev.value
 
 
@@ -207,10 +210,10 @@ class _Handle:
     def _stats(self, c_type, fields, result):
         """The handle's counters: kvr_<kind>_stats_get into a c_type, as
         a result of those fields."""
-        s = c_type()
-        code = getattr(_lib.lib(), "kvr_%s_stats_get" % self.kind)(self._handle(), ctypes.byref(s))
-        if code != _lib.OK:
-            raise _lib.error(code, "kvreshard: %s stats failed" % self.kind)
+        s = _lib.sized(c_type)
+        err = _lib.errbuf()
+        _lib.check(getattr(_lib.lib(), "kvr_%s_stats_get" % self.kind)(self._handle(), ctypes.byref(s), err,
+                                                                      _lib.ERRLEN), err)
         return result(*(getattr(s, f) for f in fields))
 
 
@@ -224,7 +227,7 @@ class Store(_Handle):
     def __init__(self, url):
         self.url = url
         b = _str("store url", url)
-        h = ctypes.c_uint64()
+        h = _lib.HANDLE()
         err = _lib.errbuf()
         _lib.check(_lib.lib().kvr_store_open(b, ctypes.byref(h), err, _lib.ERRLEN), err)
         self._h = h.value
@@ -270,8 +273,8 @@ class Model:
             ("dtype", dtype), ("name", name), ("revision", revision),
             ("namespace", namespace), ("fingerprint", fingerprint))]
         s = self._strs
-        self._c = _lib.CModel(self.layers, self.kv_heads, self.head_dim, self.v_head_dim or 0,
-                              self.page, int(mla), s[0], s[1], s[2], s[3], s[4], self.draft_layers)
+        self._c = _lib.sized(_lib.CModel, self.layers, self.kv_heads, self.head_dim, self.v_head_dim or 0,
+                             self.page, int(mla), self.draft_layers, s[0], s[1], s[2], s[3], s[4])
 
     @property
     def item_size(self):
@@ -340,10 +343,10 @@ class Placement:
                 raise InvalidArgument("kvreshard: placement pp_layers has %d entries; pp is %d"
                                       % (len(self.pp_layers), self.pp), _lib.EINVAL)
             self._layers = (ctypes.c_int32 * len(self.pp_layers))(*self.pp_layers)
-        self._c = _lib.CPlacement(self.tp, self.pp, self.rank[0], self.rank[1],
-                                  ctypes.cast(self._layers, ctypes.POINTER(ctypes.c_int32))
-                                  if self._layers is not None else None,
-                                  self.cp, self.cp_rank, self.cp_interleave)
+        self._c = _lib.sized(_lib.CPlacement, self.tp, self.pp, self.rank[0], self.rank[1],
+                             self.cp, self.cp_rank, self.cp_interleave,
+                             ctypes.cast(self._layers, ctypes.POINTER(ctypes.c_int32))
+                             if self._layers is not None else None)
 
     def __repr__(self):
         s = "Placement(tp=%d, pp=%d, rank=%r" % (self.tp, self.pp, self.rank)
@@ -420,7 +423,7 @@ class Pool:
         self.sizes = tuple(n for _, n, _ in rs)
         self._bases = (ctypes.c_void_p * len(rs))(*(a for a, _, _ in rs))
         self._sizes = (ctypes.c_uint64 * len(rs))(*self.sizes)
-        self._c = _lib.CPool(self._layout, len(rs), self._bases, self._sizes, self.slots)
+        self._c = _lib.sized(_lib.CPool, len(rs), self._layout, self._bases, self._sizes, self.slots)
 
     def __repr__(self):
         return "Pool(%r, %d regions of %s bytes, slots=%d)" % (
@@ -515,7 +518,7 @@ class Writer(_Handle):
         self.store, self.model, self.placement, self.pool = store, model, placement, pool
         self.part_layout = part_layout
         pl = None if part_layout is None else _str("part_layout", part_layout)
-        h = ctypes.c_uint64()
+        h = _lib.HANDLE()
         err = _lib.errbuf()
         _lib.check(_lib.lib().kvr_writer_open(
             store._handle(), ctypes.byref(model._c), ctypes.byref(placement._c),
@@ -573,12 +576,12 @@ class Reader(_Handle):
         _check_types(store, model, placement, pool)
         if not isinstance(check_parts, bool):
             raise TypeError("kvreshard: check_parts must be a bool, not %s" % type(check_parts).__name__)
-        opts = _lib.CReaderOptions(
-            size=ctypes.sizeof(_lib.CReaderOptions), copy_workers=_opt("copy_workers", copy_workers, 32),
+        opts = _lib.sized(
+            _lib.CReaderOptions, copy_workers=_opt("copy_workers", copy_workers, 32),
             max_pages=_opt("max_pages", max_pages, 64), max_bytes=_opt("max_bytes", max_bytes, 64),
             check_parts=int(check_parts))
         self.store, self.model, self.placement, self.pool = store, model, placement, pool
-        h = ctypes.c_uint64()
+        h = _lib.HANDLE()
         err = _lib.errbuf()
         _lib.check(_lib.lib().kvr_reader_open(
             store._handle(), ctypes.byref(model._c), ctypes.byref(placement._c),
@@ -608,14 +611,17 @@ class Reader(_Handle):
     def read(self, keys, slots):
         """Read the leading run of complete pages keys[i] into pool slots
         slots[i] (keys and slots as Writer.write takes them). Misses, the
-        budget and failed reads are results: see ReadResult.stop. Raises
-        only for bad arguments."""
+        budget, rejected manifests, checksum failures and a store that
+        failed are results: see ReadResult.stop. A store failure (the C
+        API's KVR_ESTORE) is Stop.FAILED with the store's message, not a
+        StoreError, because the pages before it were read in full: hit of
+        them may be used. Raises only for bad arguments."""
         kb, off, n = _keys(keys)
         sp, keep = _slots(slots, n)
-        res = self._res()
+        res = _lib.sized(self._res)
         err = _lib.errbuf()
         code = self._read(self._handle(), kb, off.buffer_info()[0], sp, n, ctypes.byref(res), err, _lib.ERRLEN)
-        if code != _lib.OK:
+        if code != _lib.OK and code != _lib.ESTORE:
             raise _lib.error(code, err.value.decode("utf-8", "replace"))
         stop = res.stop
         return ReadResult(res.hit, res.bytes, res.ops, _STOP[stop] if 0 <= stop < len(_STOP) else stop,

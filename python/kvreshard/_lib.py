@@ -1,9 +1,14 @@
-"""The ctypes binding of libkvreshard (C API version 1).
+"""The ctypes binding of libkvreshard (C API version 2, kvreshard.h).
 
 The library is looked up, in order, at the path in the environment variable
 KVRESHARD_LIB and next to this file (kvreshard/libkvreshard.so, where
 ``make python`` and ``pip install ./python`` put it). It is loaded on first
 use, not at import, so that importing kvreshard never starts a Go runtime.
+
+Versions: the library's major version must be ABI_VERSION. Its minor may
+be lower than the package's ABI_MINOR (an older library of the same major):
+it loads, and only the functions added after its minor raise, when called,
+a KvreshardError naming both versions (see function()).
 
 Every function is called through ctypes.CDLL, which releases the GIL for
 the length of the call: reads and writes of other threads run meanwhile.
@@ -12,8 +17,10 @@ the length of the call: reads and writes of other threads run meanwhile.
 import ctypes
 import os
 import threading
+from typing import Any, Dict, List, Optional, Tuple
 
-ABI_VERSION = 1
+ABI_VERSION = 2  # KVR_ABI_VERSION: the major version this package needs
+ABI_MINOR = 0  # KVR_ABI_MINOR of the header this package was written against
 
 # Return codes of the C API.
 OK, EINVAL, ESTORE, EMANIFEST, ECLOSED, EFORK, EINTERNAL = range(7)
@@ -24,11 +31,11 @@ ERRLEN = 1024
 class KvreshardError(Exception):
     """Base class of kvreshard's errors; ``code`` is the C API's code."""
 
-    def __init__(self, message, code=EINTERNAL):
+    def __init__(self, message: str, code: int = EINTERNAL) -> None:
         super().__init__(message)
         self.code = code
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.args[0] if self.args else ""
 
 
@@ -39,7 +46,7 @@ class InvalidArgument(KvreshardError, ValueError):
 class StoreError(KvreshardError, OSError):
     """The store failed or cannot be reached."""
 
-    def __init__(self, message, code=ESTORE):
+    def __init__(self, message: str, code: int = ESTORE) -> None:
         KvreshardError.__init__(self, message, code)
 
 
@@ -64,7 +71,7 @@ _ERRORS = {
 }
 
 
-def error(code, message):
+def error(code: int, message: str) -> KvreshardError:
     """The exception for a C API code and its message."""
     cls = _ERRORS.get(code, KvreshardError)
     if not message:
@@ -72,40 +79,48 @@ def error(code, message):
     return cls(message, code)
 
 
+# The structs of kvreshard.h. Each begins with its size (the struct's
+# sizeof, which sized() sets): the library reads and writes the fields
+# within it.
+
+
 class CModel(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
         ("layers", ctypes.c_int32),
         ("kv_heads", ctypes.c_int32),
         ("head_dim", ctypes.c_int32),
         ("v_head_dim", ctypes.c_int32),
         ("page", ctypes.c_int32),
         ("mla", ctypes.c_int32),
+        ("draft_layers", ctypes.c_int32),
         ("dtype", ctypes.c_char_p),
         ("name", ctypes.c_char_p),
         ("revision", ctypes.c_char_p),
         ("namespace_", ctypes.c_char_p),
         ("fingerprint", ctypes.c_char_p),
-        ("draft_layers", ctypes.c_int32),
     ]
 
 
 class CPlacement(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
         ("tp", ctypes.c_int32),
         ("pp", ctypes.c_int32),
         ("tp_rank", ctypes.c_int32),
         ("pp_rank", ctypes.c_int32),
-        ("pp_layers", ctypes.POINTER(ctypes.c_int32)),
         ("cp", ctypes.c_int32),
         ("cp_rank", ctypes.c_int32),
         ("cp_interleave", ctypes.c_int32),
+        ("pp_layers", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
 class CPool(ctypes.Structure):
     _fields_ = [
-        ("layout", ctypes.c_char_p),
+        ("size", ctypes.c_uint32),
         ("nregions", ctypes.c_int32),
+        ("layout", ctypes.c_char_p),
         ("bases", ctypes.POINTER(ctypes.c_void_p)),
         ("sizes", ctypes.POINTER(ctypes.c_uint64)),
         ("slots", ctypes.c_int64),
@@ -114,10 +129,11 @@ class CPool(ctypes.Structure):
 
 class CReadResult(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("stop", ctypes.c_int32),
         ("hit", ctypes.c_int64),
         ("bytes", ctypes.c_int64),
         ("ops", ctypes.c_int64),
-        ("stop", ctypes.c_int32),
     ]
 
 
@@ -138,11 +154,16 @@ WRITER_STATS = ("requests", "pages", "written", "complete", "refused",
 
 
 class CReaderStats(ctypes.Structure):
-    _fields_ = [(f, ctypes.c_int64) for f in READER_STATS]
+    _fields_ = [("size", ctypes.c_uint32)] + [(f, ctypes.c_int64) for f in READER_STATS]
 
 
 class CWriterStats(ctypes.Structure):
-    _fields_ = [(f, ctypes.c_int64) for f in WRITER_STATS]
+    _fields_ = [("size", ctypes.c_uint32)] + [(f, ctypes.c_int64) for f in WRITER_STATS]
+
+
+def sized(cls: Any, *args: Any, **kw: Any) -> Any:
+    """A struct of kvreshard.h with its size field set: cls(sizeof, *args)."""
+    return cls(ctypes.sizeof(cls), *args, **kw)
 
 
 _u64 = ctypes.c_uint64
@@ -151,34 +172,51 @@ _p = ctypes.c_void_p
 _s = ctypes.c_char_p
 _n = ctypes.c_size_t
 _int = ctypes.c_int
+# A handle (kvr_store *, kvr_writer *, kvr_reader *): an opaque id, an int
+# in Python (None for NULL).
+HANDLE = ctypes.c_void_p
+_h = HANDLE
+_ph = ctypes.POINTER(HANDLE)
 
-_SIGNATURES = {
-    "kvr_version": ([], _int),
-    "kvr_set_max_procs": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)], _int),
-    "kvr_model_domain": ([ctypes.POINTER(CModel), _p, _n, _p, _n], _int),
-    "kvr_store_open": ([_s, ctypes.POINTER(_u64), _p, _n], _int),
-    "kvr_store_close": ([_u64, _p, _n], _int),
-    "kvr_writer_open": ([_u64, ctypes.POINTER(CModel), ctypes.POINTER(CPlacement),
-                         ctypes.POINTER(CPool), _s, ctypes.POINTER(_u64), _p, _n], _int),
-    "kvr_writer_publish": ([_u64, _p, _n], _int),
-    "kvr_writer_write": ([_u64, _s, _p, _p, _i64, _p, _p, _n], _int),
-    "kvr_writer_close": ([_u64, _p, _n], _int),
-    "kvr_reader_open": ([_u64, ctypes.POINTER(CModel), ctypes.POINTER(CPlacement),
-                         ctypes.POINTER(CPool), ctypes.POINTER(_u64), _p, _n], _int),
-    "kvr_reader_exists": ([_u64, _s, _p, _i64, ctypes.POINTER(_i64), _p, _n], _int),
-    "kvr_reader_read": ([_u64, _s, _p, _p, _i64, ctypes.POINTER(CReadResult), _p, _n], _int),
-    "kvr_reader_set_options": ([_u64, ctypes.POINTER(CReaderOptions), _p, _n], _int),
-    "kvr_reader_stats_get": ([_u64, ctypes.POINTER(CReaderStats)], _int),
-    "kvr_writer_stats_get": ([_u64, ctypes.POINTER(CWriterStats)], _int),
-    "kvr_reader_close": ([_u64, _p, _n], _int),
+# The functions of kvreshard.h: name -> (the minor version that added it,
+# argument types, result type). kvr_version is looked up first, to learn
+# the library's version; a function of a minor above the library's is not
+# looked up (an older library lacks it): function() names both versions.
+_FUNCTIONS: Dict[str, Tuple[int, List[Any], Any]] = {
+    "kvr_version": (0, [ctypes.POINTER(ctypes.c_int32)], _int),
+    "kvr_errstr": (0, [_int], _s),
+    "kvr_set_max_procs": (0, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), _p, _n], _int),
+    "kvr_model_domain": (0, [ctypes.POINTER(CModel), _p, _n, _p, _n], _int),
+    "kvr_store_open": (0, [_s, _ph, _p, _n], _int),
+    "kvr_store_close": (0, [_h, _p, _n], _int),
+    "kvr_writer_open": (0, [_h, ctypes.POINTER(CModel), ctypes.POINTER(CPlacement),
+                            ctypes.POINTER(CPool), _s, _ph, _p, _n], _int),
+    "kvr_writer_publish": (0, [_h, _p, _n], _int),
+    "kvr_writer_write": (0, [_h, _s, _p, _p, _i64, _p, _p, _n], _int),
+    "kvr_writer_stats_get": (0, [_h, ctypes.POINTER(CWriterStats), _p, _n], _int),
+    "kvr_writer_close": (0, [_h, _p, _n], _int),
+    "kvr_reader_open": (0, [_h, ctypes.POINTER(CModel), ctypes.POINTER(CPlacement),
+                            ctypes.POINTER(CPool), _ph, _p, _n], _int),
+    "kvr_reader_exists": (0, [_h, _s, _p, _i64, ctypes.POINTER(_i64), _p, _n], _int),
+    "kvr_reader_read": (0, [_h, _s, _p, _p, _i64, ctypes.POINTER(CReadResult), _p, _n], _int),
+    "kvr_reader_set_options": (0, [_h, ctypes.POINTER(CReaderOptions), _p, _n], _int),
+    "kvr_reader_stats_get": (0, [_h, ctypes.POINTER(CReaderStats), _p, _n], _int),
+    "kvr_reader_close": (0, [_h, _p, _n], _int),
 }
 
+# A test-only seam: when set, the package reads the library as of this
+# minor version at most (as if it were older), to test that an older
+# library loads and that only the newer functions refuse. Takes effect at
+# the next load (set _loaded to None).
+_TEST_MINOR: Optional[int] = None
+
 _lock = threading.Lock()
-_lib = None
-_path = None
+_loaded: Optional[ctypes.CDLL] = None
+_path: Optional[str] = None
+_minor = 0  # the loaded library's minor version
 
 
-def library_path():
+def library_path() -> str:
     """The path the library is (or would be) loaded from."""
     env = os.environ.get("KVRESHARD_LIB")
     if env:
@@ -186,14 +224,27 @@ def library_path():
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libkvreshard.so")
 
 
-def lib():
-    """The loaded library, loading it on first use."""
-    global _lib, _path
-    if _lib is not None:
-        return _lib
+def _bind(l: ctypes.CDLL, path: str, name: str) -> None:
+    _, args, res = _FUNCTIONS[name]
+    try:
+        f = getattr(l, name)
+    except AttributeError:
+        raise KvreshardError("kvreshard: %s has no function %s; it is not libkvreshard of C API version %d"
+                             % (path, name, ABI_VERSION)) from None
+    f.argtypes = args
+    f.restype = res
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library, loading it on first use: the functions of its
+    minor version and below, typed."""
+    global _loaded, _path, _minor
+    l = _loaded
+    if l is not None:
+        return l
     with _lock:
-        if _lib is not None:
-            return _lib
+        if _loaded is not None:
+            return _loaded
         path = library_path()
         if not os.path.exists(path):
             raise KvreshardError(
@@ -203,27 +254,45 @@ def lib():
             l = ctypes.CDLL(path)
         except OSError as e:
             raise KvreshardError("kvreshard: cannot load %s: %s" % (path, e)) from None
-        for name, (args, res) in _SIGNATURES.items():
-            try:
-                f = getattr(l, name)
-            except AttributeError:
-                raise KvreshardError("kvreshard: %s has no function %s; it is not libkvreshard "
-                                     "of C API version %d" % (path, name, ABI_VERSION)) from None
-            f.argtypes = args
-            f.restype = res
-        v = l.kvr_version()
-        if v != ABI_VERSION:
+        _bind(l, path, "kvr_version")
+        minor = ctypes.c_int32(0)
+        major = l.kvr_version(ctypes.byref(minor))
+        if major != ABI_VERSION:
             raise KvreshardError("kvreshard: %s has C API version %d; this package needs %d"
-                                 % (path, v, ABI_VERSION))
-        _path = path
-        _lib = l
+                                 % (path, major, ABI_VERSION))
+        m = minor.value
+        if _TEST_MINOR is not None:
+            m = min(m, _TEST_MINOR)
+        for name, (since, _, _) in _FUNCTIONS.items():
+            if since <= m:
+                _bind(l, path, name)
+        _path, _minor = path, m
+        _loaded = l
         return l
+
+
+def version() -> Tuple[int, int]:
+    """The loaded library's ABI version, (major, minor)."""
+    lib()
+    return ABI_VERSION, _minor
+
+
+def function(name: str, caller: str) -> Any:
+    """The library's function name (a kvr_* function), for caller (a
+    public name of the package, for the message): a KvreshardError naming
+    both versions when the library's minor is older than the function's."""
+    l = lib()
+    since = _FUNCTIONS[name][0]
+    if since > _minor:
+        raise KvreshardError("kvreshard: %s needs libkvreshard ABI %d.%d (%s); the library is %d.%d (%s)"
+                             % (caller, ABI_VERSION, since, name, ABI_VERSION, _minor, _path))
+    return getattr(l, name)
 
 
 _tls = threading.local()
 
 
-def errbuf():
+def errbuf() -> ctypes.Array:
     """This thread's error buffer (one per thread: calls run concurrently)."""
     b = getattr(_tls, "buf", None)
     if b is None:
@@ -231,7 +300,12 @@ def errbuf():
     return b
 
 
-def check(code, buf):
+def message(buf: ctypes.Array) -> str:
+    """The message a call wrote into buf."""
+    return buf.value.decode("utf-8", "replace")
+
+
+def check(code: int, buf: ctypes.Array) -> None:
     """Raise the error of a failed call."""
     if code != OK:
-        raise error(code, buf.value.decode("utf-8", "replace"))
+        raise error(code, message(buf))

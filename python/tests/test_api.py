@@ -46,7 +46,9 @@ def test_library_is_cdll_that_releases_the_gil():
     lib = _lib.lib()
     assert type(lib) is ctypes.CDLL
     assert not lib._func_flags_ & ctypes._FUNCFLAG_PYTHONAPI
-    assert lib.kvr_version() == _lib.ABI_VERSION
+    minor = ctypes.c_int32(-1)
+    assert lib.kvr_version(ctypes.byref(minor)) == _lib.ABI_VERSION and minor.value == _lib.ABI_MINOR
+    assert _lib.version() == (_lib.ABI_VERSION, _lib.ABI_MINOR)
     assert kv.library_path() == os.environ["KVRESHARD_LIB"]
 
 

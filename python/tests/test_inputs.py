@@ -86,11 +86,13 @@ def test_c_refuses_max_procs_past_the_bound():
     f = _lib.lib().kvr_set_max_procs
     before = kv.set_max_procs(0)
     out = ctypes.c_int32(-7)
+    err = _lib.errbuf()
     try:
-        assert f(1025, ctypes.byref(out)) == _lib.EINVAL
+        assert f(1025, ctypes.byref(out), err, _lib.ERRLEN) == _lib.EINVAL
+        assert err.value == b"n is 1025; the cap is at most 1024 (KVR_MAX_PROCS, or the CPUs when more)"
         assert out.value == -7
         assert kv.set_max_procs(0) == before
-        assert f(1024, ctypes.byref(out)) == _lib.OK and out.value == before
+        assert f(1024, ctypes.byref(out), err, _lib.ERRLEN) == _lib.OK and out.value == before
     finally:
         kv.set_max_procs(before)
 
@@ -143,7 +145,7 @@ def test_c_refuses_nul_keys():
             n = ctypes.c_int64(-7)
             code = r._exists(r._handle(), kb, off.buffer_info()[0], 3, ctypes.byref(n), err, _lib.ERRLEN)
             assert (code, err.value, n.value) == (_lib.EINVAL, b"key 1 contains a NUL byte", -7)
-            res = _lib.CReadResult(-7, -7, -7, -7)
+            res = _lib.sized(_lib.CReadResult, hit=-7, bytes=-7, ops=-7, stop=-7)
             code = r._read(r._handle(), kb, off.buffer_info()[0], slots.buffer_info()[0], 3, ctypes.byref(res),
                            err, _lib.ERRLEN)
             assert (code, err.value, res.hit) == (_lib.EINVAL, b"key 1 contains a NUL byte", -7)

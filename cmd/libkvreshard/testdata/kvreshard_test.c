@@ -171,23 +171,35 @@ static int verify(const rank_pool *rp, int64_t s, int p, int line) {
     return bad;
 }
 
-static kvr_pool pool_of(rank_pool *rp) {
-    kvr_pool p = {rp->layout, 2, rp->bases, rp->size, rp->slots};
+/* ID is a handle's id, as messages name it. */
+#define ID(h) ((uint64_t)(uintptr_t)(h))
+
+static kvr_pool new_pool(const char *layout, int32_t nregions, void *const *bases, const uint64_t *sizes,
+                         int64_t slots) {
+    kvr_pool p = {.size = sizeof p, .layout = layout, .nregions = nregions, .bases = bases, .sizes = sizes,
+                  .slots = slots};
     return p;
 }
 
+static kvr_pool pool_of(rank_pool *rp) { return new_pool(rp->layout, 2, rp->bases, rp->size, rp->slots); }
+
 static kvr_placement placement_of(const rank_pool *rp) {
-    kvr_placement p = {.tp = rp->tp, .pp = rp->pp, .tp_rank = rp->tp_rank, .pp_rank = rp->pp_rank,
-                       .pp_layers = rp->pp_layers};
+    kvr_placement p = {.size = sizeof p, .tp = rp->tp, .pp = rp->pp, .tp_rank = rp->tp_rank,
+                       .pp_rank = rp->pp_rank, .pp_layers = rp->pp_layers};
     return p;
 }
 
 /* The model, with the kvreshard command's identity defaults, so that its
  * read finds these pages. */
-static kvr_model model(void) {
-    kvr_model m = {LAYERS, KV_HEADS, HEAD_DIM, V_HEAD_DIM, PAGE, 0, "fp32", "model", "0", "kvreshard", NULL, 0};
+static kvr_model new_model(int32_t layers, int32_t kv_heads, int32_t head_dim, int32_t v_head_dim, int32_t page,
+                           const char *dtype, const char *name) {
+    kvr_model m = {.size = sizeof m, .layers = layers, .kv_heads = kv_heads, .head_dim = head_dim,
+                   .v_head_dim = v_head_dim, .page = page, .dtype = dtype, .name = name, .revision = "0",
+                   .namespace_ = "kvreshard"};
     return m;
 }
+
+static kvr_model model(void) { return new_model(LAYERS, KV_HEADS, HEAD_DIM, V_HEAD_DIM, PAGE, "fp32", "model"); }
 
 /* A batch of keys: one buffer and n + 1 offsets. */
 typedef struct {
@@ -224,29 +236,29 @@ static keys page_keys(int from, int to) {
 
 static char err[512];
 
-static uint64_t open_writer(uint64_t st, rank_pool *rp, const char *part) {
+static kvr_writer *open_writer(kvr_store *st, rank_pool *rp, const char *part) {
     kvr_model m = model();
     kvr_placement pl = placement_of(rp);
     kvr_pool pool = pool_of(rp);
-    uint64_t w = 0;
+    kvr_writer *w = NULL;
     int rc = kvr_writer_open(st, &m, &pl, &pool, part, &w, err, sizeof err);
-    CHECK(rc == KVR_OK && w != 0, "writer_open %s rank %d/%d: %d %s", rp->layout, rp->tp_rank, rp->pp_rank, rc, err);
+    CHECK(rc == KVR_OK && w != NULL, "writer_open %s rank %d/%d: %d %s", rp->layout, rp->tp_rank, rp->pp_rank, rc, err);
     return w;
 }
 
-static uint64_t open_reader(uint64_t st, rank_pool *rp) {
+static kvr_reader *open_reader(kvr_store *st, rank_pool *rp) {
     kvr_model m = model();
     kvr_placement pl = placement_of(rp);
     kvr_pool pool = pool_of(rp);
-    uint64_t r = 0;
+    kvr_reader *r = NULL;
     int rc = kvr_reader_open(st, &m, &pl, &pool, &r, err, sizeof err);
-    CHECK(rc == KVR_OK && r != 0, "reader_open %s rank %d/%d: %d %s", rp->layout, rp->tp_rank, rp->pp_rank, rc, err);
+    CHECK(rc == KVR_OK && r != NULL, "reader_open %s rank %d/%d: %d %s", rp->layout, rp->tp_rank, rp->pp_rank, rc, err);
     return r;
 }
 
 /* write_pages writes pages [from, to), held at slot p, with writer w and
  * checks every status is want. */
-static void write_pages(uint64_t w, int from, int to, uint8_t want) {
+static void write_pages(kvr_writer *w, int from, int to, uint8_t want) {
     keys k = page_keys(from, to);
     int64_t slots[64];
     uint8_t st[64];
@@ -270,8 +282,8 @@ static const int32_t reader_split[2] = {4, 3};
 /* A page written by writer ranks 0 and 1 only: never complete. */
 #define PARTIAL NPAGES
 
-static void test_write(uint64_t st) {
-    uint64_t w[3], h[3];
+static void test_write(kvr_store *st) {
+    kvr_writer *w[3], *h[3];
     for (int r = 0; r < 3; r++) {
         pool_init(&writers[r], "page_first", 1, 3, 0, r, NULL, NPAGES + 1);
         for (int p = 0; p <= PARTIAL; p++) {
@@ -307,16 +319,16 @@ static void test_write(uint64_t st) {
     CHECK(strncmp(err, want, strlen(want)) == 0 && strstr(err, "object is being written with another layout"),
           "refused message %s", err);
 
-    kvr_writer_stats ws;
-    rc = kvr_writer_stats_get(w[0], &ws);
-    CHECK(rc == KVR_OK, "writer_stats_get %d", rc);
+    kvr_writer_stats ws = {.size = sizeof ws};
+    rc = kvr_writer_stats_get(w[0], &ws, err, sizeof err);
+    CHECK(rc == KVR_OK, "writer_stats_get %d %s", rc, err);
     /* Rank 0/0's part: 3 layers x 4 heads x page x (K + V dims) x 4 bytes. */
     int64_t part = 3 * KV_HEADS * PAGE * (HEAD_DIM + V_HEAD_DIM) * 4;
     CHECK(ws.requests == 2 && ws.pages == 7 && ws.written == 7 && ws.complete == 0 && ws.refused == 0 &&
               ws.replica == 0 && ws.failed == 0 && ws.bytes == 7 * part,
           "writer 0 stats: %" PRId64 " requests %" PRId64 " pages %" PRId64 " written %" PRId64 " bytes",
           ws.requests, ws.pages, ws.written, ws.bytes);
-    rc = kvr_writer_stats_get(h[2], &ws);
+    rc = kvr_writer_stats_get(h[2], &ws, err, sizeof err);
     CHECK(rc == KVR_OK && ws.requests == 3 && ws.pages == 7 && ws.written == 4 && ws.complete == 2 &&
               ws.refused == 1 && ws.failed == 0,
           "writer h2 stats: %d: %" PRId64 " written %" PRId64 " complete %" PRId64 " refused", rc, ws.written,
@@ -330,14 +342,15 @@ static void test_write(uint64_t st) {
 
 /* read_all reads pages 0..NPAGES-1 into slot 2 + (NPAGES-1-p) of reader r
  * and verifies every slot: the read pages, and the sentinel in the others. */
-static void read_all(uint64_t r, rank_pool *rp) {
+static void read_all(kvr_reader *r, rank_pool *rp) {
     keys k = page_keys(0, NPAGES);
     int64_t slots[NPAGES];
     for (int p = 0; p < NPAGES; p++) {
         slots[p] = 2 + (NPAGES - 1 - p);
     }
-    kvr_read_result res;
+    kvr_read_result res = {.size = sizeof res};
     memset(&res, 0xee, sizeof res);
+    res.size = sizeof res;
     int rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
     CHECK(rc == KVR_OK && res.hit == NPAGES && res.stop == KVR_STOP_NONE && err[0] == 0,
           "read %s rank %d/%d: %d hit %" PRId64 " stop %d: %s", rp->layout, rp->tp_rank, rp->pp_rank, rc, res.hit,
@@ -352,7 +365,7 @@ static void read_all(uint64_t r, rank_pool *rp) {
     }
 }
 
-static void test_read(uint64_t st) {
+static void test_read(kvr_store *st) {
     /* TP2/PP2 with the readers' own split: layer_first on PP rank 0,
      * page_head on PP rank 1, and one page_first_direct rank. */
     const char *layout[2] = {"layer_first", "page_head"};
@@ -360,10 +373,10 @@ static void test_read(uint64_t st) {
         for (int tp = 0; tp < 2; tp++) {
             rank_pool rp;
             pool_init(&rp, layout[pp], 2, 2, tp, pp, reader_split, NPAGES + 4);
-            uint64_t r = open_reader(st, &rp);
+            kvr_reader *r = open_reader(st, &rp);
             read_all(r, &rp);
-            kvr_reader_stats rs;
-            int rc = kvr_reader_stats_get(r, &rs);
+            kvr_reader_stats rs = {.size = sizeof rs};
+            int rc = kvr_reader_stats_get(r, &rs, err, sizeof err);
             CHECK(rc == KVR_OK && rs.requests == 1 && rs.pages == NPAGES && rs.hits == NPAGES && rs.misses == 0 &&
                       rs.manifests_rejected == 0 && rs.bytes > 0,
                   "reader stats: %d: %" PRId64 " requests %" PRId64 " hits", rc, rs.requests, rs.hits);
@@ -373,16 +386,16 @@ static void test_read(uint64_t st) {
     }
     rank_pool rp;
     pool_init(&rp, "page_first_direct", 2, 2, 1, 0, reader_split, NPAGES + 2);
-    uint64_t r = open_reader(st, &rp);
+    kvr_reader *r = open_reader(st, &rp);
     read_all(r, &rp);
     kvr_reader_close(r, err, sizeof err);
     pool_free(&rp);
 }
 
-static void test_miss(uint64_t st) {
+static void test_miss(kvr_store *st) {
     rank_pool rp;
     pool_init(&rp, "layer_first", 2, 2, 1, 1, reader_split, 8);
-    uint64_t r = open_reader(st, &rp);
+    kvr_reader *r = open_reader(st, &rp);
 
     keys all = page_keys(0, NPAGES);
     int64_t n = -1;
@@ -396,7 +409,7 @@ static void test_miss(uint64_t st) {
     rc = kvr_reader_exists(r, k.buf, k.off, k.n, &n, err, sizeof err);
     CHECK(rc == KVR_OK && n == 2, "exists with partial: %d %" PRId64 " %s", rc, n, err);
     int64_t slots[4] = {4, 5, 6, 7};
-    kvr_read_result res;
+    kvr_read_result res = {.size = sizeof res};
     rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
     CHECK(rc == KVR_OK && res.hit == 2 && res.stop == KVR_STOP_MISS, "read with partial: %d hit %" PRId64 " stop %d",
           rc, res.hit, res.stop);
@@ -419,8 +432,8 @@ static void test_miss(uint64_t st) {
           res.hit);
     CHECK(strncmp(err, "page missing or incomplete: kvreshard_deadbeef_", 47) == 0, "miss message %s", err);
 
-    kvr_reader_stats rs;
-    kvr_reader_stats_get(r, &rs);
+    kvr_reader_stats rs = {.size = sizeof rs};
+    kvr_reader_stats_get(r, &rs, err, sizeof err);
     CHECK(rs.requests == 2 && rs.pages == 5 && rs.hits == 2 && rs.misses == 3, "miss stats %" PRId64 " hits %" PRId64
           " misses", rs.hits, rs.misses);
     kvr_reader_close(r, err, sizeof err);
@@ -456,21 +469,24 @@ static void test_domain(void) {
 
 /* reader_fails opens a reader of a bad model, placement or pool and checks
  * the code and the exact message. */
-static void reader_fails(uint64_t st, kvr_model m, kvr_placement pl, kvr_pool pool, int want_rc, const char *want,
+static void reader_fails(kvr_store *st, kvr_model m, kvr_placement pl, kvr_pool pool, int want_rc, const char *want,
                          int line) {
-    uint64_t r = 0;
+    kvr_reader *r = NULL;
     int rc = kvr_reader_open(st, &m, &pl, &pool, &r, err, sizeof err);
-    if (rc != want_rc || strcmp(err, want) != 0 || r != 0) {
+    if (rc != want_rc || strcmp(err, want) != 0 || r != NULL) {
         failures++;
         fprintf(stderr, "kvreshard_test.c:%d: reader_open: %d %s\nwant %d %s\n", line, rc, err, want_rc, want);
     }
 }
 
-static void test_bad_arguments(uint64_t st) {
-    uint64_t h = 0;
-    int rc = kvr_store_open("nope", &h, err, sizeof err);
+static void test_bad_arguments(kvr_store *st) {
+    kvr_store *bad_st = (kvr_store *)&failures; /* set to NULL by the failed open */
+    int rc = kvr_store_open("nope", &bad_st, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err,
               "store URL \"nope\": missing scheme; use one of file://, mem://, redis+cluster://, redis://");
+    CHECK(bad_st == NULL, "a failed open left the handle %p", (void *)bad_st);
+    rc = kvr_store_open("mem://", NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "url or store is NULL");
 
     rank_pool rp;
     pool_init(&rp, "layer_first", 2, 2, 0, 1, reader_split, 4);
@@ -536,14 +552,26 @@ static void test_bad_arguments(uint64_t st) {
     badpool.bases = same;
     reader_fails(st, m, pl, badpool, KVR_EINVAL, "pool: regions k and v overlap", __LINE__);
 
-    rc = kvr_writer_open(st, &m, &pl, &pool, "page_first", &h, err, sizeof err);
+    kvr_writer *bad_w = NULL;
+    rc = kvr_writer_open(st, &m, &pl, &pool, "page_first", &bad_w, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err,
               "writer: page_first is a pool layout; pages are stored in part layouts (PLHD, LPHD, HPLD)");
-    rc = kvr_reader_open(st, NULL, &pl, &pool, &h, err, sizeof err);
-    CHECK_MSG(rc, KVR_EINVAL, err, "model, placement, pool or reader is NULL");
+    kvr_reader *bad_r = NULL;
+    rc = kvr_reader_open(st, NULL, &pl, &pool, &bad_r, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "model is NULL");
+    rc = kvr_reader_open(st, &m, NULL, &pool, &bad_r, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "placement is NULL");
+    rc = kvr_reader_open(st, &m, &pl, NULL, &bad_r, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "pool is NULL");
+    rc = kvr_reader_open(st, &m, &pl, &pool, NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "reader is NULL");
+    rc = kvr_writer_open(st, &m, &pl, &pool, NULL, NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "writer is NULL");
+    rc = kvr_reader_open(NULL, &m, &pl, &pool, &bad_r, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "store is NULL");
 
-    uint64_t r = open_reader(st, &rp);
-    kvr_read_result res;
+    kvr_reader *r = open_reader(st, &rp);
+    kvr_read_result res = {.size = sizeof res};
     int64_t slots[3] = {0, 1, 2};
     keys k = {0};
     keys_add(&k, "ab");
@@ -585,46 +613,52 @@ static void test_bad_arguments(uint64_t st) {
     rc = kvr_reader_read(r, k.buf, k.off, slots, 2, &res, err, sizeof err);
     CHECK(rc == KVR_OK && res.hit == 2, "read after a panic: %d %s", rc, err);
 
-    /* A handle of another kind. */
-    snprintf(want, sizeof want, "handle %" PRIu64 " is a store, not a reader", st);
-    rc = kvr_reader_read(st, k.buf, k.off, slots, 2, &res, err, sizeof err);
+    /* A handle of another kind, forced in by a cast (without it the call
+     * does not compile: TestHandleTypes). */
+    snprintf(want, sizeof want, "handle %" PRIu64 " is a store, not a reader", ID(st));
+    rc = kvr_reader_read((kvr_reader *)st, k.buf, k.off, slots, 2, &res, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, want);
-    snprintf(want, sizeof want, "handle %" PRIu64 " is a reader, not a writer", r);
+    snprintf(want, sizeof want, "handle %" PRIu64 " is a reader, not a writer", ID(r));
     uint8_t status[2];
-    rc = kvr_writer_write(r, k.buf, k.off, slots, 2, status, err, sizeof err);
+    rc = kvr_writer_write((kvr_writer *)r, k.buf, k.off, slots, 2, status, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, want);
-    snprintf(want, sizeof want, "handle %" PRIu64 " is a reader, not a store", r);
-    rc = kvr_store_close(r, err, sizeof err);
+    snprintf(want, sizeof want, "handle %" PRIu64 " is a reader, not a store", ID(r));
+    rc = kvr_store_close((kvr_store *)r, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, want);
+    /* A NULL handle. */
+    rc = kvr_reader_read(NULL, k.buf, k.off, slots, 2, &res, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "reader is NULL");
+    rc = kvr_writer_publish(NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "writer is NULL");
     kvr_reader_close(r, err, sizeof err);
     pool_free(&rp);
 }
 
 static void test_closed(void) {
     char url[64];
-    uint64_t st;
+    kvr_store *st = NULL;
     snprintf(url, sizeof url, "mem://closed%d", (int)getpid());
     int rc = kvr_store_open(url, &st, err, sizeof err);
     CHECK(rc == KVR_OK, "store_open %s: %s", url, err);
     rank_pool rp;
     pool_init(&rp, "page_first", 1, 3, 0, 0, NULL, 2);
     fill(&rp, 0, 0);
-    uint64_t w = open_writer(st, &rp, NULL);
+    kvr_writer *w = open_writer(st, &rp, NULL);
     rank_pool rr;
     pool_init(&rr, "page_first", 1, 3, 0, 0, NULL, 2);
-    uint64_t r = open_reader(st, &rr);
+    kvr_reader *r = open_reader(st, &rr);
 
     /* Closing the store handle leaves its writers and readers working. */
     rc = kvr_store_close(st, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
     char want[128];
-    snprintf(want, sizeof want, "store handle %" PRIu64 " is closed or was never opened", st);
+    snprintf(want, sizeof want, "store handle %" PRIu64 " is closed or was never opened", ID(st));
     rc = kvr_store_close(st, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
     kvr_model m = model();
     kvr_placement pl = placement_of(&rp);
     kvr_pool pool = pool_of(&rp);
-    uint64_t h;
+    kvr_reader *h = NULL;
     rc = kvr_reader_open(st, &m, &pl, &pool, &h, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
 
@@ -633,14 +667,14 @@ static void test_closed(void) {
     int64_t slot = 1;
     rc = kvr_writer_write(w, k.buf, k.off, &slot, 1, NULL, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "statuses is NULL with n = 1");
-    kvr_read_result res;
+    kvr_read_result res = {.size = sizeof res};
     rc = kvr_reader_read(r, k.buf, k.off, &slot, 1, &res, err, sizeof err);
     /* TP1/PP3 rank 0 wrote only its part: the page is not complete. */
     CHECK(rc == KVR_OK && res.hit == 0 && res.stop == KVR_STOP_MISS, "read after store close: %d %s", rc, err);
 
     rc = kvr_writer_close(w, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
-    snprintf(want, sizeof want, "writer handle %" PRIu64 " is closed or was never opened", w);
+    snprintf(want, sizeof want, "writer handle %" PRIu64 " is closed or was never opened", ID(w));
     rc = kvr_writer_close(w, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
     uint8_t status;
@@ -651,12 +685,13 @@ static void test_closed(void) {
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
     rc = kvr_writer_publish(w, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
-    kvr_writer_stats ws;
-    CHECK(kvr_writer_stats_get(w, &ws) == KVR_ECLOSED, "writer stats of a closed handle");
+    kvr_writer_stats ws = {.size = sizeof ws};
+    rc = kvr_writer_stats_get(w, &ws, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
 
     rc = kvr_reader_close(r, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
-    snprintf(want, sizeof want, "reader handle %" PRIu64 " is closed or was never opened", r);
+    snprintf(want, sizeof want, "reader handle %" PRIu64 " is closed or was never opened", ID(r));
     rc = kvr_reader_read(r, k.buf, k.off, &slot, 1, &res, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
     int64_t n;
@@ -668,11 +703,17 @@ static void test_closed(void) {
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
     rc = kvr_reader_close(r, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, want);
-    kvr_reader_stats rs;
-    CHECK(kvr_reader_stats_get(r, &rs) == KVR_ECLOSED, "reader stats of a closed handle");
-    rc = kvr_reader_close(0, err, sizeof err);
-    CHECK_MSG(rc, KVR_ECLOSED, err, "reader handle 0 is not a handle");
-    rc = kvr_reader_close(0x7fffffff, err, sizeof err);
+    kvr_reader_stats rs = {.size = sizeof rs};
+    rc = kvr_reader_stats_get(r, &rs, err, sizeof err);
+    CHECK_MSG(rc, KVR_ECLOSED, err, want);
+    /* Closing NULL does nothing, as free(NULL); an id never opened is
+     * closed. */
+    strcpy(err, "x");
+    rc = kvr_reader_close(NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    CHECK(kvr_writer_close(NULL, err, sizeof err) == KVR_OK && kvr_store_close(NULL, err, sizeof err) == KVR_OK,
+          "close NULL: %s", err);
+    rc = kvr_reader_close((kvr_reader *)(uintptr_t)0x7fffffff, err, sizeof err);
     CHECK_MSG(rc, KVR_ECLOSED, err, "reader handle 2147483647 is closed or was never opened");
     pool_free(&rp);
     pool_free(&rr);
@@ -684,7 +725,7 @@ static void test_closed(void) {
 #define ROUNDS 25
 
 typedef struct {
-    uint64_t r;
+    kvr_reader *r;
     int id;
     int bad; /* calls that did not read every page */
     char err[256];
@@ -698,7 +739,7 @@ static void *reader_thread(void *p) {
         slots[i] = a->id * NPAGES + i;
     }
     for (int round = 0; round < ROUNDS; round++) {
-        kvr_read_result res;
+        kvr_read_result res = {.size = sizeof res};
         int rc = kvr_reader_read(a->r, k.buf, k.off, slots, NPAGES, &res, a->err, sizeof a->err);
         int64_t n = 0;
         int rc2 = kvr_reader_exists(a->r, k.buf, k.off, NPAGES, &n, a->err, sizeof a->err);
@@ -709,10 +750,10 @@ static void *reader_thread(void *p) {
     return NULL;
 }
 
-static void test_threads(uint64_t st) {
+static void test_threads(kvr_store *st) {
     rank_pool rp;
     pool_init(&rp, "page_head", 2, 2, 1, 1, reader_split, THREADS * NPAGES);
-    uint64_t r = open_reader(st, &rp);
+    kvr_reader *r = open_reader(st, &rp);
     pthread_t t[THREADS];
     thread_arg a[THREADS];
     for (int i = 0; i < THREADS; i++) {
@@ -728,8 +769,8 @@ static void test_threads(uint64_t st) {
             verify(&rp, i * NPAGES + p, p, __LINE__);
         }
     }
-    kvr_reader_stats rs;
-    kvr_reader_stats_get(r, &rs);
+    kvr_reader_stats rs = {.size = sizeof rs};
+    kvr_reader_stats_get(r, &rs, err, sizeof err);
     CHECK(rs.requests == THREADS * ROUNDS && rs.hits == THREADS * ROUNDS * NPAGES,
           "thread stats %" PRId64 " requests %" PRId64 " hits", rs.requests, rs.hits);
     kvr_reader_close(r, err, sizeof err);
@@ -738,10 +779,10 @@ static void test_threads(uint64_t st) {
 
 /* A forked child gets KVR_EFORK from every call, at once. The alarm kills a
  * child that hangs instead, which the parent reports. */
-static void test_fork(uint64_t st) {
+static void test_fork(kvr_store *st) {
     rank_pool rp;
     pool_init(&rp, "layer_first", 2, 2, 0, 0, reader_split, NPAGES);
-    uint64_t r = open_reader(st, &rp);
+    kvr_reader *r = open_reader(st, &rp);
     keys k = page_keys(0, NPAGES);
     int64_t slots[NPAGES];
     for (int i = 0; i < NPAGES; i++) {
@@ -759,18 +800,19 @@ static void test_fork(uint64_t st) {
                  "called in process %ld, a forked child of process %ld that loaded libkvreshard: Go does not "
                  "survive fork; load the library in a process started by spawn or exec",
                  (long)getpid(), (long)parent);
-        kvr_read_result res;
+        kvr_read_result res = {.size = sizeof res};
         int rc = kvr_reader_read(r, k.buf, k.off, slots, NPAGES, &res, e, sizeof e);
         if (rc != KVR_EFORK || strcmp(e, want) != 0) {
             fprintf(stderr, "child: reader_read %d %s\nwant %s\n", rc, e, want);
             bad = 1;
         }
-        int32_t prev;
-        uint64_t h;
-        kvr_reader_stats rs;
-        if (kvr_set_max_procs(1, &prev) != KVR_EFORK || kvr_store_open("mem://", &h, e, sizeof e) != KVR_EFORK ||
-            kvr_reader_stats_get(r, &rs) != KVR_EFORK || kvr_reader_close(r, e, sizeof e) != KVR_EFORK ||
-            kvr_version() != KVR_ABI_VERSION) {
+        int32_t prev, minor = -1;
+        kvr_store *h;
+        kvr_reader_stats rs = {.size = sizeof rs};
+        if (kvr_set_max_procs(1, &prev, e, sizeof e) != KVR_EFORK || kvr_store_open("mem://", &h, e, sizeof e) != KVR_EFORK ||
+            kvr_reader_stats_get(r, &rs, e, sizeof e) != KVR_EFORK || kvr_reader_close(r, e, sizeof e) != KVR_EFORK ||
+            kvr_version(&minor) != KVR_ABI_VERSION || minor != KVR_ABI_MINOR ||
+            strcmp(kvr_errstr(KVR_EFORK), "called in a forked child of the process that loaded the library") != 0) {
             fprintf(stderr, "child: a call did not fail with KVR_EFORK\n");
             bad = 1;
         }
@@ -782,7 +824,7 @@ static void test_fork(uint64_t st) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "forked child: exited %d status %d signal %d",
           WIFEXITED(status), WEXITSTATUS(status), WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     /* The parent goes on, and the child's close did not close its reader. */
-    kvr_read_result res;
+    kvr_read_result res = {.size = sizeof res};
     int rc = kvr_reader_read(r, k.buf, k.off, slots, NPAGES, &res, err, sizeof err);
     CHECK(rc == KVR_OK && res.hit == NPAGES, "read after fork: %d %s", rc, err);
     for (int p = 0; p < NPAGES; p++) {
@@ -793,7 +835,7 @@ static void test_fork(uint64_t st) {
 }
 
 /* set_options sets the options of reader r (kvr_reader_set_options). */
-static int set_options(uint64_t r, int32_t copy_workers, int64_t max_pages, int64_t max_bytes, int32_t check_parts,
+static int set_options(kvr_reader *r, int32_t copy_workers, int64_t max_pages, int64_t max_bytes, int32_t check_parts,
                        char *e, size_t elen) {
     kvr_reader_options o = {.size = sizeof o, .copy_workers = copy_workers, .max_pages = max_pages,
                             .max_bytes = max_bytes, .check_parts = check_parts};
@@ -803,10 +845,10 @@ static int set_options(uint64_t r, int32_t copy_workers, int64_t max_pages, int6
 /* test_options sets a reader's copy workers and prefetch budget
  * (kvr_reader_set_options): bad values with their messages, the budget in
  * pages and in bytes, and back to no budget. */
-static void test_options(uint64_t st) {
+static void test_options(kvr_store *st) {
     rank_pool rp;
     pool_init(&rp, "layer_first", 2, 2, 0, 1, reader_split, NPAGES + 4);
-    uint64_t r = open_reader(st, &rp);
+    kvr_reader *r = open_reader(st, &rp);
     int rc = set_options(r, -1, 0, 0, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "copy_workers is -1; want 0 (GOMAXPROCS) to 1024");
     rc = set_options(r, 1025, 0, 0, 0, err, sizeof err);
@@ -826,7 +868,7 @@ static void test_options(uint64_t st) {
         int64_t newer;
     } grown = {{.size = sizeof grown}, 7};
     rc = kvr_reader_set_options(r, &grown.o, err, sizeof err);
-    CHECK_MSG(rc, KVR_EINVAL, err, "kvr_reader_options byte 32 is 7: a field this library (kvr_version 1) does not know is set");
+    CHECK_MSG(rc, KVR_EINVAL, err, "kvr_reader_options byte 32 is 7: a field this library (ABI 2.0) does not know is set");
     grown.newer = 0;
     rc = kvr_reader_set_options(r, &grown.o, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
@@ -839,7 +881,7 @@ static void test_options(uint64_t st) {
         slots[p] = p;
     }
     int64_t page = (int64_t)rp.nl * rp.nh * PAGE * (HEAD_DIM + V_HEAD_DIM) * 4;
-    kvr_read_result res;
+    kvr_read_result res = {.size = sizeof res};
     /* 3 pages, then 4 pages and one byte: 4 pages. */
     rc = set_options(r, 1, 3, 0, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
@@ -866,8 +908,8 @@ static void test_options(uint64_t st) {
     for (int64_t s = 0; s < rp.slots; s++) {
         verify(&rp, s, s < NPAGES ? (int)s : -1, __LINE__);
     }
-    kvr_reader_stats rs;
-    rc = kvr_reader_stats_get(r, &rs);
+    kvr_reader_stats rs = {.size = sizeof rs};
+    rc = kvr_reader_stats_get(r, &rs, err, sizeof err);
     CHECK(rc == KVR_OK && rs.parts_checked == 0, "unchecked reads checked %" PRId64 " parts", rs.parts_checked);
     /* Checked: every part the rank reads, of every page. */
     rc = set_options(r, 0, 0, 0, 1, err, sizeof err);
@@ -880,7 +922,7 @@ static void test_options(uint64_t st) {
         verify(&rp, s, (int)s, __LINE__);
     }
     /* The counters go on across the changes. */
-    rc = kvr_reader_stats_get(r, &rs);
+    rc = kvr_reader_stats_get(r, &rs, err, sizeof err);
     CHECK(rc == KVR_OK && rs.requests == 4 && rs.pages == 4 * NPAGES && rs.hits == 3 + 4 + 2 * NPAGES &&
               rs.misses == 2 * NPAGES - 7 && rs.bytes == (3 + 4 + 2 * NPAGES) * page && rs.parts_checked > 0 &&
               rs.checksum_errors == 0,
@@ -888,15 +930,15 @@ static void test_options(uint64_t st) {
           rs.requests, rs.hits, rs.misses, rs.parts_checked);
 
     /* A writer is not a reader; a closed reader is closed. */
-    uint64_t w = open_writer(st, &writers[0], NULL);
-    rc = set_options(w, 1, 0, 0, 0, err, sizeof err);
+    kvr_writer *w = open_writer(st, &writers[0], NULL);
+    rc = set_options((kvr_reader *)w, 1, 0, 0, 0, err, sizeof err);
     char msg[128];
-    snprintf(msg, sizeof msg, "handle %" PRIu64 " is a writer, not a reader", w);
+    snprintf(msg, sizeof msg, "handle %" PRIu64 " is a writer, not a reader", ID(w));
     CHECK_MSG(rc, KVR_EINVAL, err, msg);
     kvr_writer_close(w, err, sizeof err);
     CHECK(kvr_reader_close(r, err, sizeof err) == KVR_OK, "reader_close %s", err);
     rc = set_options(r, 1, 0, 0, 0, err, sizeof err);
-    snprintf(msg, sizeof msg, "reader handle %" PRIu64 " is closed or was never opened", r);
+    snprintf(msg, sizeof msg, "reader handle %" PRIu64 " is closed or was never opened", ID(r));
     CHECK_MSG(rc, KVR_ECLOSED, err, msg);
     pool_free(&rp);
 }
@@ -914,7 +956,7 @@ static size_t big_at(int heads, int64_t s, int t, int l, int h, int e) { /* page
 }
 
 typedef struct {
-    uint64_t r;
+    kvr_reader *r;
     uint32_t *reg[2];
     int first; /* the thread's first slot and page */
     int bad;
@@ -938,7 +980,7 @@ static void *big_read(void *arg) {
         slots[i] = b->first + i;
     }
     char e[512];
-    kvr_read_result res;
+    kvr_read_result res = {.size = sizeof res};
     int rc = kvr_reader_read(b->r, k.buf, k.off, slots, k.n, &res, e, sizeof e);
     if (rc != KVR_OK || res.hit != BIG_PAGES) {
         fprintf(stderr, "big read from slot %d: %d hit %" PRId64 ": %s\n", b->first, rc, res.hit, e);
@@ -964,8 +1006,8 @@ static void *big_read(void *arg) {
  * TP 2 rank's pool from two threads at once, 4 pages each, with two copy
  * workers: reads the library runs on a thread of its own while the
  * calling thread waits. Every element is checked. */
-static void test_big(uint64_t st) {
-    kvr_model m = {BIG_LAYERS, BIG_HEADS, BIG_DIM, 0, BIG_PAGE, 0, "fp32", "big", "0", "kvreshard", NULL, 0};
+static void test_big(kvr_store *st) {
+    kvr_model m = new_model(BIG_LAYERS, BIG_HEADS, BIG_DIM, 0, BIG_PAGE, "fp32", "big");
     int32_t slots = 2 * BIG_PAGES;
     uint64_t wsize = (uint64_t)slots * BIG_PAGE * BIG_LAYERS * BIG_HEADS * BIG_DIM * 4;
     uint32_t *wreg[2] = {malloc(wsize), malloc(wsize)};
@@ -980,9 +1022,10 @@ static void test_big(uint64_t st) {
                         for (int x = 0; x < BIG_DIM; x++) {
                             wreg[c][big_at(BIG_HEADS, p, t, l, h, x)] = oracle(p, c, t, l, h, x);
                         }
-    kvr_placement wp = {.tp = 1, .pp = 1}, rpl = {.tp = 2, .pp = 1, .tp_rank = 1};
-    kvr_pool wpool = {"page_first", 2, wb, wsz, slots}, rpool = {"page_first", 2, rb, rsz, slots};
-    uint64_t w = 0, r = 0;
+    kvr_placement wp = {.size = sizeof wp, .tp = 1, .pp = 1}, rpl = {.size = sizeof rpl, .tp = 2, .pp = 1, .tp_rank = 1};
+    kvr_pool wpool = new_pool("page_first", 2, wb, wsz, slots), rpool = new_pool("page_first", 2, rb, rsz, slots);
+    kvr_writer *w = NULL;
+    kvr_reader *r = NULL;
     int rc = kvr_writer_open(st, &m, &wp, &wpool, NULL, &w, err, sizeof err);
     CHECK(rc == KVR_OK, "big writer_open: %s", err);
     for (int from = 0; from < slots; from += BIG_PAGES) {
@@ -1101,24 +1144,20 @@ static int cp_slot(cp_pool *cp, int64_t s, int p, int fill, int line) {
 }
 
 static kvr_placement cp_placement(const cp_pool *cp) {
-    kvr_placement p = {.tp = cp->tp, .pp = 1, .tp_rank = cp->tp_rank, .cp = cp->cp, .cp_rank = cp->cp_rank,
-                       .cp_interleave = cp->il};
+    kvr_placement p = {.size = sizeof p, .tp = cp->tp, .pp = 1, .tp_rank = cp->tp_rank, .cp = cp->cp,
+                       .cp_rank = cp->cp_rank, .cp_interleave = cp->il};
     return p;
 }
 
-static kvr_pool cp_kvr_pool(cp_pool *cp) {
-    kvr_pool p = {"page_first", 2, cp->bases, cp->size, cp->slots};
-    return p;
-}
+static kvr_pool cp_kvr_pool(cp_pool *cp) { return new_pool("page_first", 2, cp->bases, cp->size, cp->slots); }
 
 static kvr_model cp_model(void) {
-    kvr_model m = {CP_LAYERS, CP_HEADS, CP_DIM, CP_VDIM, CP_PAGE, 0, "fp32", "cpmodel", "0", "kvreshard", NULL, 0};
-    return m;
+    return new_model(CP_LAYERS, CP_HEADS, CP_DIM, CP_VDIM, CP_PAGE, "fp32", "cpmodel");
 }
 
 /* cp_read reads every page into slot p + 1 of each rank of TP 1 x CP n
  * (interleave il) and checks every element of every slot. */
-static void cp_read(uint64_t st, int n, int il) {
+static void cp_read(kvr_store *st, int n, int il) {
     keys k = page_keys(0, CP_PAGES);
     int64_t slots[CP_PAGES];
     for (int p = 0; p < CP_PAGES; p++) {
@@ -1130,10 +1169,10 @@ static void cp_read(uint64_t st, int n, int il) {
         cp_pool_init(&rp, 1, n, 0, r, il, CP_PAGES + 2);
         kvr_placement pl = cp_placement(&rp);
         kvr_pool pool = cp_kvr_pool(&rp);
-        uint64_t h = 0;
+        kvr_reader *h = NULL;
         int rc = kvr_reader_open(st, &m, &pl, &pool, &h, err, sizeof err);
         CHECK_MSG(rc, KVR_OK, err, "");
-        kvr_read_result res;
+        kvr_read_result res = {.size = sizeof res};
         rc = kvr_reader_read(h, k.buf, k.off, slots, k.n, &res, err, sizeof err);
         /* This rank's bytes of every page: its tokens, every layer and head. */
         int64_t bytes = (int64_t)CP_PAGES * rp.nt * CP_LAYERS * CP_HEADS * (CP_DIM + CP_VDIM) * 4;
@@ -1150,7 +1189,7 @@ static void cp_read(uint64_t st, int n, int il) {
 
 /* cp_fails opens a reader of TP 2 x CP cp (interleave il) rank (0, cp_rank)
  * over a pool sized for the rank and checks the exact message. */
-static void cp_fails(uint64_t st, int cp, int cp_rank, int il, const char *want, int line) {
+static void cp_fails(kvr_store *st, int cp, int cp_rank, int il, const char *want, int line) {
     cp_pool rp;
     cp_pool_init(&rp, 2, 1, 0, 0, 1, 2); /* a pool of whole pages: big enough for any CP rank */
     kvr_model m = cp_model();
@@ -1163,7 +1202,7 @@ static void cp_fails(uint64_t st, int cp, int cp_rank, int il, const char *want,
 
 /* test_cp writes CP_PAGES pages from the four TP 2 x CP 2 ranks and reads
  * them with TP 1 x CP 1 and TP 1 x CP 4 (interleave 4), then bad input. */
-static void test_cp(uint64_t st) {
+static void test_cp(kvr_store *st) {
     cp_pool w[4];
     kvr_model m = cp_model();
     for (int r = 0; r < 4; r++) {
@@ -1173,7 +1212,7 @@ static void test_cp(uint64_t st) {
         }
         kvr_placement pl = cp_placement(&w[r]);
         kvr_pool pool = cp_kvr_pool(&w[r]);
-        uint64_t h = 0;
+        kvr_writer *h = NULL;
         int rc = kvr_writer_open(st, &m, &pl, &pool, NULL, &h, err, sizeof err);
         CHECK_MSG(rc, KVR_OK, err, "");
         /* Before the last rank writes, the pages are not complete. */
@@ -1182,7 +1221,7 @@ static void test_cp(uint64_t st) {
             cp_pool_init(&rp, 1, 1, 0, 0, 1, CP_PAGES);
             kvr_placement rpl = cp_placement(&rp);
             kvr_pool rpool = cp_kvr_pool(&rp);
-            uint64_t rh = 0;
+            kvr_reader *rh = NULL;
             keys k = page_keys(0, CP_PAGES);
             int64_t n = -1;
             rc = kvr_reader_open(st, &m, &rpl, &rpool, &rh, err, sizeof err);
@@ -1192,8 +1231,8 @@ static void test_cp(uint64_t st) {
             free(rp.reg[0]), free(rp.reg[1]);
         }
         write_pages(h, 0, CP_PAGES, KVR_WRITTEN);
-        kvr_writer_stats ws;
-        rc = kvr_writer_stats_get(h, &ws);
+        kvr_writer_stats ws = {.size = sizeof ws};
+        rc = kvr_writer_stats_get(h, &ws, err, sizeof err);
         /* Each rank's part: its 8 tokens x 3 layers x 1 head x (4 + 2) x 4 bytes. */
         int64_t part = (int64_t)(CP_PAGE / 2) * CP_LAYERS * (CP_HEADS / 2) * (CP_DIM + CP_VDIM) * 4;
         CHECK(rc == KVR_OK && ws.written == CP_PAGES && ws.bytes == CP_PAGES * part,
@@ -1235,9 +1274,9 @@ static void test_cp(uint64_t st) {
 
 static void test_max_procs(void) {
     int32_t prev = 0, now = 0;
-    CHECK(kvr_set_max_procs(0, &prev) == KVR_OK && prev >= 1, "read max procs %d", prev);
-    CHECK(kvr_set_max_procs(1, NULL) == KVR_OK, "set max procs 1");
-    CHECK(kvr_set_max_procs(0, &now) == KVR_OK && now == 1, "max procs %d after setting 1", now);
+    CHECK(kvr_set_max_procs(0, &prev, err, sizeof err) == KVR_OK && prev >= 1, "read max procs %d", prev);
+    CHECK(kvr_set_max_procs(1, NULL, err, sizeof err) == KVR_OK, "set max procs 1");
+    CHECK(kvr_set_max_procs(0, &now, err, sizeof err) == KVR_OK && now == 1, "max procs %d after setting 1", now);
     /* Past the bound (this host has fewer than KVR_MAX_PROCS CPUs): refused,
      * the cap unchanged and *prev not written. */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1245,19 +1284,23 @@ static void test_max_procs(void) {
         static const int32_t over[] = {KVR_MAX_PROCS + 1, 100000, 1000000000, INT32_MAX};
         for (size_t i = 0; i < sizeof over / sizeof over[0]; i++) {
             now = -7;
-            int rc = kvr_set_max_procs(over[i], &now);
-            CHECK(rc == KVR_EINVAL && now == -7, "max procs %d: code %d, *prev %d", over[i], rc, now);
+            int rc = kvr_set_max_procs(over[i], &now, err, sizeof err);
+            char want[128];
+            snprintf(want, sizeof want, "n is %d; the cap is at most %d (KVR_MAX_PROCS, or the CPUs when more)", over[i],
+                     KVR_MAX_PROCS);
+            CHECK_MSG(rc, KVR_EINVAL, err, want);
+            CHECK(now == -7, "max procs %d: *prev %d", over[i], now);
             if (rc == KVR_OK) {
-                kvr_set_max_procs(1, NULL);
+                kvr_set_max_procs(1, NULL, err, sizeof err);
                 break; /* unbounded: a larger cap could exhaust memory */
             }
-            CHECK(kvr_set_max_procs(0, &now) == KVR_OK && now == 1, "max procs %d after refusing %d", now, over[i]);
+            CHECK(kvr_set_max_procs(0, &now, err, sizeof err) == KVR_OK && now == 1, "max procs %d after refusing %d", now, over[i]);
         }
-        CHECK(kvr_set_max_procs(KVR_MAX_PROCS, &now) == KVR_OK && now == 1, "set max procs KVR_MAX_PROCS");
-        CHECK(kvr_set_max_procs(0, &now) == KVR_OK && now == KVR_MAX_PROCS, "max procs %d, want KVR_MAX_PROCS", now);
-        CHECK(kvr_set_max_procs(1, NULL) == KVR_OK, "set max procs 1 again");
+        CHECK(kvr_set_max_procs(KVR_MAX_PROCS, &now, err, sizeof err) == KVR_OK && now == 1, "set max procs KVR_MAX_PROCS");
+        CHECK(kvr_set_max_procs(0, &now, err, sizeof err) == KVR_OK && now == KVR_MAX_PROCS, "max procs %d, want KVR_MAX_PROCS", now);
+        CHECK(kvr_set_max_procs(1, NULL, err, sizeof err) == KVR_OK, "set max procs 1 again");
     }
-    CHECK(kvr_set_max_procs(prev, &now) == KVR_OK && now == 1, "restore max procs");
+    CHECK(kvr_set_max_procs(prev, &now, err, sizeof err) == KVR_OK && now == 1, "restore max procs");
 }
 
 /* test_nul_keys: a key with a NUL byte is refused by every call that takes
@@ -1267,19 +1310,19 @@ static void test_nul_keys(void) {
     static const char buf[] = {'a', 'b', 0, 'c', 'd'};
     int64_t off[4] = {0, 1, 4, 5};
     int64_t slots[3] = {0, 1, 2};
-    uint64_t st = 0;
+    kvr_store *st = NULL;
     CHECK(kvr_store_open("mem://", &st, err, sizeof err) == KVR_OK, "store_open mem://: %s", err);
 
     rank_pool wp;
     pool_init(&wp, "page_first", 1, 1, 0, 0, NULL, 4);
-    uint64_t w = open_writer(st, &wp, NULL);
+    kvr_writer *w = open_writer(st, &wp, NULL);
     uint8_t status[3] = {0xee, 0xee, 0xee};
     int rc = kvr_writer_write(w, buf, off, slots, 3, status, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "key 1 contains a NUL byte");
     CHECK(status[0] == 0xee && status[1] == 0xee && status[2] == 0xee, "statuses written: %d %d %d", status[0],
           status[1], status[2]);
-    kvr_writer_stats ws;
-    CHECK(kvr_writer_stats_get(w, &ws) == KVR_OK && ws.requests == 0 && ws.pages == 0,
+    kvr_writer_stats ws = {.size = sizeof ws};
+    CHECK(kvr_writer_stats_get(w, &ws, err, sizeof err) == KVR_OK && ws.requests == 0 && ws.pages == 0,
           "writer stats after a NUL key: %" PRId64 " requests", ws.requests);
     /* The NUL is found in the key it is in, whichever key comes first. */
     int64_t last[2] = {4, 5};
@@ -1292,12 +1335,12 @@ static void test_nul_keys(void) {
 
     rank_pool rp;
     pool_init(&rp, "page_first", 1, 1, 0, 0, NULL, 4);
-    uint64_t r = open_reader(st, &rp);
+    kvr_reader *r = open_reader(st, &rp);
     int64_t n = -7;
     rc = kvr_reader_exists(r, buf, off, 3, &n, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "key 1 contains a NUL byte");
     CHECK(n == -7, "exists wrote *complete %" PRId64, n);
-    kvr_read_result res = {-7, -7, -7, -7};
+    kvr_read_result res = {.size = sizeof res, .hit = -7, .bytes = -7, .ops = -7, .stop = -7};
     rc = kvr_reader_read(r, buf, off, slots, 3, &res, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "key 1 contains a NUL byte");
     CHECK(res.hit == -7 && res.stop == -7, "read wrote *res: hit %" PRId64, res.hit);
@@ -1309,8 +1352,8 @@ static void test_nul_keys(void) {
     int64_t one[2] = {1, 4};
     rc = kvr_reader_exists(r, both, one, 1, &n, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "key 0 contains a NUL byte");
-    kvr_reader_stats rs;
-    CHECK(kvr_reader_stats_get(r, &rs) == KVR_OK && rs.requests == 0 && rs.pages == 0,
+    kvr_reader_stats rs = {.size = sizeof rs};
+    CHECK(kvr_reader_stats_get(r, &rs, err, sizeof err) == KVR_OK && rs.requests == 0 && rs.pages == 0,
           "reader stats after NUL keys: %" PRId64 " requests", rs.requests);
     CHECK(kvr_reader_close(r, err, sizeof err) == KVR_OK, "reader_close %s", err);
     pool_free(&rp);
@@ -1319,7 +1362,8 @@ static void test_nul_keys(void) {
 
 /* bench times n empty reads (the cost of a call alone). */
 static int bench(long n) {
-    uint64_t st, r;
+    kvr_store *st;
+    kvr_reader *r;
     if (kvr_store_open("mem://", &st, err, sizeof err) != KVR_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
@@ -1327,7 +1371,7 @@ static int bench(long n) {
     rank_pool rp;
     pool_init(&rp, "page_first", 1, 1, 0, 0, NULL, 1);
     r = open_reader(st, &rp);
-    kvr_read_result res;
+    kvr_read_result res = {.size = sizeof res};
     for (long i = 0; i < 1000; i++) {
         kvr_reader_read(r, NULL, NULL, NULL, 0, &res, err, sizeof err);
     }
@@ -1359,18 +1403,19 @@ static int readbench(const char *url, int pages, int rounds, int copy_workers) {
         fprintf(stderr, "readbench: pages 1..4096, rounds 1..10000\n");
         return 2;
     }
-    uint64_t st, r;
+    kvr_store *st;
+    kvr_reader *r;
     if (kvr_store_open(url, &st, err, sizeof err) != KVR_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    kvr_model m = {80, 8, 128, 0, 64, 0, "bf16", "bench-70b", "0", "kvreshard", NULL, 0};
+    kvr_model m = new_model(80, 8, 128, 0, 64, "bf16", "bench-70b");
     static const int32_t split[2] = {40, 40};
-    kvr_placement pl = {.tp = 4, .pp = 2, .pp_layers = split};
+    kvr_placement pl = {.size = sizeof pl, .tp = 4, .pp = 2, .pp_layers = split};
     uint64_t n = (uint64_t)pages * 64 * 40 * 2 * 128 * 2;
     void *b[2] = {calloc(1, n), calloc(1, n)};
     uint64_t sz[2] = {n, n};
-    kvr_pool pool = {"page_first", 2, b, sz, pages};
+    kvr_pool pool = new_pool("page_first", 2, b, sz, pages);
     if (kvr_reader_open(st, &m, &pl, &pool, &r, err, sizeof err) != KVR_OK ||
         (copy_workers != 0 && set_options(r, copy_workers, 0, 0, 0, err, sizeof err) != KVR_OK)) {
         fprintf(stderr, "%s\n", err);
@@ -1385,7 +1430,7 @@ static int readbench(const char *url, int pages, int rounds, int copy_workers) {
         off[i + 1] = 16 * (i + 1);
         slots[i] = pages - 1 - i;
     }
-    kvr_read_result res;
+    kvr_read_result res = {.size = sizeof res};
     for (int i = -1; i < rounds; i++) { /* one read first, that fills the caches */
         struct timespec a, z;
         clock_gettime(CLOCK_MONOTONIC, &a);
@@ -1432,7 +1477,8 @@ typedef struct {
     } regs[ENGINE_REGS];
     int nregs;
     int reads, closed;
-    int stall_ms; /* when set, a read sleeps this long first */
+    int stall_ms;         /* when set, a read sleeps this long first */
+    const char *fail_key; /* when set, a read of an object whose key contains it fails */
 } mem_engine;
 
 static uint64_t engine_hash(const char *k, size_t n) {
@@ -1553,8 +1599,12 @@ static int engine_read(void *ctx, int64_t nkeys, const char *keys, const int64_t
             continue;
         }
         const char *k = keys + off[key[j]];
-        engine_obj *o = engine_find(e, k, (size_t)(off[key[j] + 1] - off[key[j]]));
-        if (o->key == NULL) {
+        size_t kn = (size_t)(off[key[j] + 1] - off[key[j]]);
+        engine_obj *o = engine_find(e, k, kn);
+        if (e->fail_key != NULL && memmem(k, kn, e->fail_key, strlen(e->fail_key)) != NULL) {
+            snprintf(e_err, errlen, "range %" PRId64 ": connection reset", j);
+            results[j] = -600;
+        } else if (o->key == NULL) {
             results[j] = KVR_ENGINE_MISSING;
         } else if (offs[j] < 0 || offs[j] + lens[j] > o->len) {
             snprintf(e_err, errlen, "range %" PRId64 ": past the end", j);
@@ -1664,11 +1714,13 @@ static int engine_count(mem_engine *e, const char *sub) {
 /* test_engine_store runs the write, read and miss tests on a store over
  * the engine above, then: a store needs its callbacks; a part evicted
  * under a complete page makes it a miss, its commit goes, and the page is
- * written again; a read the engine does not answer within the store's
- * timeout fails within it, and the reader reads again after. */
+ * written again; a read the engine fails is KVR_ESTORE with the pages
+ * before it read; a part corrupted in the engine fails its checksums; a
+ * read the engine does not answer within the store's timeout fails within
+ * it, and the reader reads again after. */
 static void test_engine_store(void) {
     kvr_engine t = engine_table(&the_engine, 0);
-    uint64_t st = 0;
+    kvr_store *st = NULL;
     kvr_engine bad = t;
     bad.read = NULL;
     int rc = kvr_store_open_engine(&bad, "engine:test", &st, err, sizeof err);
@@ -1676,7 +1728,7 @@ static void test_engine_store(void) {
     rc = kvr_store_open_engine(&t, "redis://x", &st, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "engine store name \"redis://x\": want \"mooncake://host:port...\" or \"engine:<name>\"");
     rc = kvr_store_open_engine(&t, "engine:test", &st, err, sizeof err);
-    CHECK(rc == KVR_OK && st != 0, "store_open_engine: %d %s", rc, err);
+    CHECK(rc == KVR_OK && st != NULL, "store_open_engine: %d %s", rc, err);
     test_write(st);
     test_read(st);
     test_miss(st);
@@ -1705,19 +1757,19 @@ static void test_engine_store(void) {
     CHECK(evicted == 1, "evicted %d parts", evicted);
     rank_pool rp;
     pool_init(&rp, "layer_first", 2, 2, 0, 1, reader_split, NPAGES + 4); /* PP rank 1: layers 4-6, in part 2 */
-    uint64_t r = open_reader(st, &rp);
+    kvr_reader *r = open_reader(st, &rp);
     keys k = page_keys(0, NPAGES);
     int64_t slots[NPAGES];
     for (int p = 0; p < NPAGES; p++) {
         slots[p] = p;
     }
-    kvr_read_result res;
+    kvr_read_result res = {.size = sizeof res};
     rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
     CHECK(rc == KVR_OK && res.hit == 3 && res.stop == KVR_STOP_MISS, "read past an evicted part: %d hit %" PRId64 " stop %d %s",
           rc, res.hit, res.stop, err);
     CHECK(engine_count(&the_engine, "/done") == NPAGES - 1, "the commit of the page is removed: %d commits",
           engine_count(&the_engine, "/done"));
-    uint64_t w = open_writer(st, &writers[2], NULL);
+    kvr_writer *w = open_writer(st, &writers[2], NULL);
     write_pages(w, 3, 4, KVR_WRITTEN);
     kvr_writer_close(w, err, sizeof err);
     rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
@@ -1726,6 +1778,54 @@ static void test_engine_store(void) {
     for (int p = 0; p < NPAGES; p++) {
         verify(&rp, p, p, __LINE__);
     }
+
+    /* A read of page 5 that the engine fails is KVR_ESTORE, and *res holds
+     * the hit prefix, read in full. */
+    char key5[32];
+    snprintf(key5, sizeof key5, "%.*s", (int)(k.off[6] - k.off[5]), k.buf + k.off[5]);
+    memset(rp.reg[0], 0xff, rp.size[0]);
+    memset(rp.reg[1], 0xff, rp.size[1]);
+    the_engine.fail_key = key5;
+    memset(&res, 0xee, sizeof res);
+    res.size = sizeof res;
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    the_engine.fail_key = NULL;
+    CHECK(rc == KVR_ESTORE && res.hit == 5 && res.stop == KVR_STOP_FAILED && res.bytes > 0 &&
+              strstr(err, "connection reset") != NULL,
+          "read of a failing page: %d hit %" PRId64 " stop %d: %s", rc, res.hit, res.stop, err);
+    for (int p = 0; p < 5; p++) {
+        verify(&rp, p, p, __LINE__);
+    }
+    kvr_reader_close(r, err, sizeof err);
+    pool_free(&rp);
+
+    /* A part whose bytes changed in the store fails its checksums: the
+     * read stops at its page with KVR_STOP_CHECKSUM, and KVR_OK. */
+    char key7[32];
+    snprintf(key7, sizeof key7, "%.*s_", (int)(k.off[8] - k.off[7]), k.buf + k.off[7]);
+    int flipped = 0;
+    pthread_mutex_lock(&the_engine.mu);
+    for (int i = 0; i < ENGINE_SLOTS; i++) {
+        engine_obj *o = &the_engine.objs[i];
+        if (o->key != NULL && memmem(o->key, o->keylen, key7, strlen(key7)) != NULL && o->keylen > 2 &&
+            memcmp(o->key + o->keylen - 2, "/2", 2) == 0 && memmem(o->key, o->keylen, "/p/", 3) != NULL) {
+            o->val[o->len / 2] ^= 0x5a;
+            flipped++;
+        }
+    }
+    pthread_mutex_unlock(&the_engine.mu);
+    CHECK(flipped == 1, "flipped %d parts", flipped);
+    static const int32_t checked_split[2] = {4, 3};
+    pool_init(&rp, "page_first", 1, 2, 0, 1, checked_split, NPAGES); /* every byte of part 2 */
+    r = open_reader(st, &rp);
+    rc = set_options(r, 1, 0, 0, 1, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    CHECK(rc == KVR_OK && res.hit == 7 && res.stop == KVR_STOP_CHECKSUM && strstr(err, "checksum") != NULL,
+          "read of a corrupt part: %d hit %" PRId64 " stop %d: %s", rc, res.hit, res.stop, err);
+    kvr_reader_stats rs = {.size = sizeof rs};
+    rc = kvr_reader_stats_get(r, &rs, err, sizeof err);
+    CHECK(rc == KVR_OK && rs.checksum_errors == 1, "checksum errors %" PRId64, rs.checksum_errors);
     kvr_reader_close(r, err, sizeof err);
     pool_free(&rp);
     rc = kvr_store_close(st, err, sizeof err);
@@ -1746,7 +1846,7 @@ static void test_engine_store(void) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    CHECK(rc == KVR_OK && res.hit == 0 && res.stop == KVR_STOP_FAILED && strstr(err, "did not return within 200ms") != NULL,
+    CHECK(rc == KVR_ESTORE && res.hit == 0 && res.stop == KVR_STOP_FAILED && strstr(err, "did not return within 200ms") != NULL,
           "stalled read: %d hit %" PRId64 " stop %d %s", rc, res.hit, res.stop, err);
     CHECK(t1.tv_sec - t0.tv_sec < 60, "the stalled read took %ld s", (long)(t1.tv_sec - t0.tv_sec));
     the_engine.stall_ms = 0;
@@ -1762,6 +1862,126 @@ static void test_engine_store(void) {
     CHECK_MSG(rc, KVR_OK, err, "");
 }
 
+/* test_abi: the versions, the codes' descriptions, and the sizes of the
+ * growing structs: too small, past what the library knows (0, or a field
+ * of a newer header it cannot honour), and outputs of a newer header's
+ * size, whose unknown bytes get 0. */
+static void test_abi(kvr_store *st) {
+    int32_t minor = -1;
+    CHECK(kvr_version(&minor) == KVR_ABI_VERSION && minor == KVR_ABI_MINOR, "library version %d.%d, header %d.%d",
+          kvr_version(NULL), minor, KVR_ABI_VERSION, KVR_ABI_MINOR);
+    static const char *const desc[] = {"success", "invalid argument", "store failed", "manifest rejected",
+                                       "closed or unknown handle",
+                                       "called in a forked child of the process that loaded the library",
+                                       "internal error in the library"};
+    for (int c = KVR_OK; c <= KVR_EINTERNAL; c++) {
+        CHECK(strcmp(kvr_errstr(c), desc[c]) == 0, "kvr_errstr(%d) is %s", c, kvr_errstr(c));
+    }
+    CHECK(strcmp(kvr_errstr(-1), "unknown code") == 0 && strcmp(kvr_errstr(KVR_EINTERNAL + 1), "unknown code") == 0,
+          "kvr_errstr of an unknown code: %s", kvr_errstr(-1));
+
+    rank_pool rp;
+    pool_init(&rp, "page_first", 1, 1, 0, 0, NULL, 2);
+    kvr_model m = model();
+    kvr_placement pl = placement_of(&rp);
+    kvr_pool pool = pool_of(&rp);
+    char want[256];
+    kvr_model bad = m;
+    bad.size = 4;
+    snprintf(want, sizeof want,
+             "kvr_model.size is 4; this library's kvr_model has %zu bytes: set size to sizeof(kvr_model)",
+             sizeof(kvr_model));
+    reader_fails(st, bad, pl, pool, KVR_EINVAL, want, __LINE__);
+    char domain[65];
+    int rc = kvr_model_domain(&bad, domain, sizeof domain, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, want);
+    kvr_placement badp = pl;
+    badp.size = 0;
+    snprintf(want, sizeof want,
+             "kvr_placement.size is 0; this library's kvr_placement has %zu bytes: set size to "
+             "sizeof(kvr_placement)",
+             sizeof(kvr_placement));
+    reader_fails(st, m, badp, pool, KVR_EINVAL, want, __LINE__);
+    kvr_pool badpool = pool;
+    badpool.size = 5000;
+    reader_fails(st, m, pl, badpool, KVR_EINVAL, "kvr_pool.size is 5000, more than 4096", __LINE__);
+
+    /* A newer header's kvr_model: its field set is refused, 0 is read as
+     * this library's model. */
+    struct {
+        kvr_model m;
+        int32_t newer;
+    } grown;
+    memset(&grown, 0, sizeof grown);
+    grown.m = m;
+    grown.m.size = sizeof grown;
+    grown.newer = 3;
+    kvr_reader *r = NULL;
+    rc = kvr_reader_open(st, &grown.m, &pl, &pool, &r, err, sizeof err);
+    snprintf(want, sizeof want, "kvr_model byte %zu is 3: a field this library (ABI 2.0) does not know is set",
+             sizeof(kvr_model));
+    CHECK_MSG(rc, KVR_EINVAL, err, want);
+    grown.newer = 0;
+    rc = kvr_reader_open(st, &grown.m, &pl, &pool, &r, err, sizeof err);
+    CHECK_MSG(rc, KVR_OK, err, "");
+
+    /* Outputs: too small is refused before the read; a newer header's
+     * bytes get 0, and size is never written. */
+    keys k = page_keys(0, 2);
+    int64_t slots[2] = {0, 1};
+    kvr_read_result res;
+    memset(&res, 0xee, sizeof res);
+    res.size = 8;
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
+    snprintf(want, sizeof want,
+             "kvr_read_result.size is 8; this library's kvr_read_result has %zu bytes: set size to "
+             "sizeof(kvr_read_result)",
+             sizeof(kvr_read_result));
+    CHECK_MSG(rc, KVR_EINVAL, err, want);
+    CHECK(res.hit == (int64_t)0xeeeeeeeeeeeeeeeeu && res.size == 8, "a refused read wrote *res");
+    struct {
+        kvr_read_result r;
+        int64_t newer;
+    } gres;
+    memset(&gres, 0xee, sizeof gres);
+    gres.r.size = sizeof gres;
+    rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &gres.r, err, sizeof err);
+    CHECK(rc == KVR_OK && gres.r.hit == 0 && gres.r.stop == KVR_STOP_MISS && gres.newer == 0 &&
+              gres.r.size == sizeof gres,
+          "read into a newer kvr_read_result: %d hit %" PRId64 " newer %" PRId64 " size %u", rc, gres.r.hit,
+          gres.newer, gres.r.size);
+    struct {
+        kvr_reader_stats s;
+        int64_t newer[3];
+    } gstats;
+    memset(&gstats, 0xee, sizeof gstats);
+    gstats.s.size = sizeof gstats;
+    rc = kvr_reader_stats_get(r, &gstats.s, err, sizeof err);
+    CHECK(rc == KVR_OK && gstats.s.requests == 1 && gstats.s.misses == 2 && gstats.newer[0] == 0 &&
+              gstats.newer[2] == 0 && gstats.s.size == sizeof gstats,
+          "newer kvr_reader_stats: %d %" PRId64 " requests", rc, gstats.s.requests);
+    kvr_reader_stats rs = {.size = 0};
+    rc = kvr_reader_stats_get(r, &rs, err, sizeof err);
+    snprintf(want, sizeof want,
+             "kvr_reader_stats.size is 0; this library's kvr_reader_stats has %zu bytes: set size to "
+             "sizeof(kvr_reader_stats)",
+             sizeof(kvr_reader_stats));
+    CHECK_MSG(rc, KVR_EINVAL, err, want);
+    rc = kvr_reader_stats_get(r, NULL, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "out is NULL");
+    kvr_writer *w = open_writer(st, &rp, NULL);
+    kvr_writer_stats ws = {.size = sizeof ws - 1};
+    rc = kvr_writer_stats_get(w, &ws, err, sizeof err);
+    snprintf(want, sizeof want,
+             "kvr_writer_stats.size is %zu; this library's kvr_writer_stats has %zu bytes: set size to "
+             "sizeof(kvr_writer_stats)",
+             sizeof ws - 1, sizeof ws);
+    CHECK_MSG(rc, KVR_EINVAL, err, want);
+    CHECK_MSG(kvr_writer_close(w, err, sizeof err), KVR_OK, err, "");
+    CHECK_MSG(kvr_reader_close(r, err, sizeof err), KVR_OK, err, "");
+    pool_free(&rp);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "bench") == 0) {
         return bench(atol(argv[2]));
@@ -1774,15 +1994,15 @@ int main(int argc, char **argv) {
                         "kvreshard_test readbench URL PAGES ROUNDS [COPY_WORKERS]\n");
         return 2;
     }
-    CHECK(kvr_version() == KVR_ABI_VERSION, "library version %d, header %d", kvr_version(), KVR_ABI_VERSION);
     char url[4200];
     snprintf(url, sizeof url, "file://%s", argv[1]);
-    uint64_t st = 0;
+    kvr_store *st = NULL;
     int rc = kvr_store_open(url, &st, err, sizeof err);
-    CHECK(rc == KVR_OK && st != 0, "store_open %s: %d %s", url, rc, err);
+    CHECK(rc == KVR_OK && st != NULL, "store_open %s: %d %s", url, rc, err);
     if (rc != KVR_OK) {
         return 1;
     }
+    test_abi(st);
     test_domain();
     test_write(st);
     test_read(st);
