@@ -12,7 +12,7 @@ import (
 // that every one equals the header's.
 const (
 	abiVersion = 2
-	abiMinor   = 0
+	abiMinor   = 1
 
 	kvrOK        = 0
 	kvrEInval    = 1

@@ -98,6 +98,21 @@ int kvr_model_domain(const kvr_model *m, char *out, size_t outlen, char *err, si
     return kvrgoModelDomain((kvr_model *)m, out, outlen, err, errlen);
 }
 
+int kvr_layouts(char *out, size_t outlen, size_t *need, char *err, size_t errlen) {
+    if (kvr_forked(err, errlen)) {
+        return KVR_EFORK;
+    }
+    return kvrgoLayouts(out, outlen, need, err, errlen);
+}
+
+int kvr_define_layout(const char *kind, const char *name, const char *order, const char *writes, char *err,
+                      size_t errlen) {
+    if (kvr_forked(err, errlen)) {
+        return KVR_EFORK;
+    }
+    return kvrgoDefineLayout((char *)kind, (char *)name, (char *)order, (char *)writes, err, errlen);
+}
+
 int kvr_store_open(const char *url, kvr_store **store, char *err, size_t errlen) {
     if (kvr_forked(err, errlen)) {
         return KVR_EFORK;
