@@ -40,6 +40,12 @@ Objects and their C counterparts:
   failed during the read are results (ReadResult.stop), never exceptions:
   the pages before the stop (ReadResult.hit) were read in full and may be
   used, whatever stopped the read.
+- layouts() -> [Layout]: the layouts the library knows (the built-ins, and
+  those defined at run time); define_layout(name, kind, order) defines one
+  from its order, as "C L H D/8 T D%8", for pools and writers to name.
+
+Model, Placement and Pool are immutable: an attribute set or deleted after
+construction raises AttributeError (the library has read them already).
 
 Errors: InvalidArgument (also a ValueError), StoreError (also an OSError),
 ManifestError, ForkError (also a RuntimeError; a call in a forked child of
@@ -51,8 +57,9 @@ import array
 import ctypes
 import enum
 import os
-from itertools import accumulate
 from collections import namedtuple
+from itertools import accumulate
+from typing import Any, Iterable, List, NoReturn, Optional, Sequence, Tuple, Type, TypeVar
 
 from . import _lib
 from ._lib import (ForkError, InvalidArgument, KvreshardError, ManifestError,
@@ -60,16 +67,18 @@ from ._lib import (ForkError, InvalidArgument, KvreshardError, ManifestError,
 
 __all__ = [
     "Store", "Model", "Placement", "Pool", "Writer", "Reader", "ReadResult",
-    "WriteStatus", "Stop", "ReaderStats", "WriterStats",
+    "WriteStatus", "Stop", "ReaderStats", "WriterStats", "Layout",
     "KvreshardError", "InvalidArgument", "StoreError", "ManifestError", "ForkError",
-    "set_max_procs", "library_path", "POOL_LAYOUTS", "PART_LAYOUTS", "DTYPES",
+    "set_max_procs", "library_path", "layouts", "define_layout", "DTYPES",
 ]
 
-POOL_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
-PART_LAYOUTS = ("PLHD", "LPHD", "HPLD")
 DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 _I32 = (1 << 31) - 1
+
+# A pool region: a writable C-contiguous buffer (numpy array, bytearray,
+# mmap), or an (address, nbytes) pair.
+Region = Any
 
 
 class WriteStatus(enum.IntEnum):
@@ -102,6 +111,11 @@ class ReadResult(namedtuple("ReadResult", "hit bytes ops stop message")):
     stopped early (Stop.NONE when every page was read) and ``message``
     says more (empty when every page was read)."""
     __slots__ = ()
+    hit: int
+    bytes: int
+    ops: int
+    stop: Stop
+    message: str
 
 
 ReaderStats = namedtuple("ReaderStats", _lib.READER_STATS)
@@ -110,12 +124,12 @@ WriterStats = namedtuple("WriterStats", _lib.WRITER_STATS)
 WriterStats.__doc__ = "A writer's counters since it was opened."
 
 
-def library_path():
+def library_path() -> str:
     """The path libkvreshard.so is loaded from (KVRESHARD_LIB, or next to the package)."""
     return _lib.library_path()
 
 
-def set_max_procs(n):
+def set_max_procs(n: int) -> int:
     """Cap the Go runtime's threads running Go code (GOMAXPROCS) at n and
     return the previous cap; n <= 0 only returns it. One runtime runs per
     process: cap it so that eight ranks on one host do not each start a
@@ -143,7 +157,7 @@ def set_max_procs(n):
 _MAX_PROCS = 1024  # KVR_MAX_PROCS
 
 
-def _max_procs():
+def _max_procs() -> int:
     """The library's bound of set_max_procs: _MAX_PROCS, or the CPUs this
     process may run on (as Go's runtime.NumCPU counts them) when more."""
     try:
@@ -153,7 +167,7 @@ def _max_procs():
     return max(_MAX_PROCS, cpus)
 
 
-def _int32(what, v, lo=0):
+def _int32(what: str, v: Any, lo: int = 0) -> int:
     if isinstance(v, bool) or not hasattr(v, "__index__"):
         raise TypeError("kvreshard: %s must be an int, not %s" % (what, type(v).__name__))
     v = v.__index__()
@@ -162,7 +176,7 @@ def _int32(what, v, lo=0):
     return v
 
 
-def _str(what, v):
+def _str(what: str, v: Any) -> bytes:
     if not isinstance(v, str):
         raise TypeError("kvreshard: %s must be a str, not %s" % (what, type(v).__name__))
     b = v.encode("utf-8")
@@ -171,43 +185,163 @@ def _str(what, v):
     return b
 
 
+class _Frozen:
+    """An object whose attributes are set in __init__ only (by _init):
+    setting or deleting one afterwards raises AttributeError naming the
+    class, since the library has read them already."""
+
+    __slots__ = ()
+
+    def _init(self, **attrs: Any) -> None:
+        for name, value in attrs.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError("kvreshard.%s is immutable: cannot set %s; make another %s"
+                             % (type(self).__name__, name, type(self).__name__))
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("kvreshard.%s is immutable: cannot delete %s" % (type(self).__name__, name))
+
+
+class Layout(_Frozen, str):
+    """A layout the library knows: a str, its name, with the read-only
+    attributes name, kind ("part": how a writer rank's share of a page lies
+    in the store; "pool": how a host pool holds its pages), order (its
+    axes, outermost first, as "C L H D/8 T D%8"; see kvreshard.h) and writes
+    (the part layout a pool's writers store pages in when they name none;
+    None for a part layout and for a pool that names none). So both
+    ``"PLHD" in kv.layouts()`` and ``[l.kind for l in kv.layouts()]``
+    work."""
+
+    # attributes of the str's __dict__, set once by __new__
+    _kind: str
+    _order: str
+    _writes: Optional[str]
+
+    def __new__(cls, name: str, kind: str, order: str, writes: Optional[str] = None) -> "Layout":
+        self = str.__new__(cls, name)
+        self._init(_kind=kind, _order=order, _writes=writes or None)
+        return self
+
+    def __getnewargs__(self) -> Tuple[str, str, str, Optional[str]]:
+        return str(self), self._kind, self._order, self._writes
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    @property
+    def kind(self) -> str:
+        return self._kind
+
+    @property
+    def order(self) -> str:
+        return self._order
+
+    @property
+    def writes(self) -> Optional[str]:
+        return self._writes
+
+    def __repr__(self) -> str:
+        s = "Layout(%r, kind=%r, order=%r" % (str(self), self._kind, self._order)
+        if self._writes is not None:
+            s += ", writes=%r" % self._writes
+        return s + ")"
+
+
+def layouts() -> List[Layout]:
+    """The layouts the library knows, in the order they were registered:
+    the seven built-ins first (the part layouts PLHD, LPHD, HPLD and
+    SGLang's pool layouts page_first, page_first_direct, layer_first,
+    page_head), then those defined with define_layout (needs libkvreshard
+    ABI 2.1: kvr_layouts)."""
+    f = _lib.function("kvr_layouts", "layouts()")
+    err = _lib.errbuf()
+    need = ctypes.c_size_t(0)
+    while True:
+        _lib.check(f(None, 0, ctypes.byref(need), err, _lib.ERRLEN), err)
+        buf = ctypes.create_string_buffer(need.value)
+        code = f(buf, len(buf), ctypes.byref(need), err, _lib.ERRLEN)
+        if code == _lib.EINVAL and need.value > len(buf):
+            continue  # defined meanwhile: ask again
+        _lib.check(code, err)
+        break
+    out = []
+    for line in buf.value.decode("utf-8").splitlines():
+        kind, name, order, writes = line.split("\t")[:4]  # a later library may add fields
+        out.append(Layout(name, kind, order, writes))
+    return out
+
+
+def define_layout(name: str, kind: str, order: str, writes: Optional[str] = None) -> Layout:
+    """Define layout name of kind "part" or "pool" from its order (its
+    axes, outermost first, as "C L H D/8 T D%8", in the words of the .kvl
+    language), for the rest of the process, and return it: a Writer may
+    then store pages in it (part_layout=name), a Pool hold pages in it
+    (Pool(name, ...)). writes: for a pool, the part layout its writers
+    store pages in when they name none (None: its writers must name one).
+    Pairs with it run on the library's interpreter (no generated kernels;
+    ReaderStats.fallbacks counts them).
+
+    An invalid declaration is InvalidArgument (a ValueError) with kvlc's
+    message, as 'layout "x": order "C T T H D": column 5: axis T appears
+    twice in layout x, first at 1:3 (and 1 more error)'. Defining a layout
+    again as it is returns it; another declaration under a name the
+    library knows is InvalidArgument naming both. Needs libkvreshard ABI
+    2.1 (kvr_define_layout)."""
+    f = _lib.function("kvr_define_layout", "define_layout()")
+    n, k, o = _str("layout name", name), _str("layout kind", kind), _str("layout order", order)
+    w = None if writes is None else _str("layout writes", writes)
+    err = _lib.errbuf()
+    _lib.check(f(k, n, o, w, err, _lib.ERRLEN), err)
+    for l in layouts():
+        if l == name:
+            return l
+    raise KvreshardError("kvreshard: layout %s was defined but is not listed" % name)
+
+
+H = TypeVar("H", bound="_Handle")
+
+
 class _Handle:
     """What Store, Writer and Reader share: a handle of the library, of
     kind store, writer or reader (the C functions kvr_<kind>_...), closed
     by close(), at the end of a with block or when collected."""
 
     kind = "object"
+    _h: Optional[int] = 0
 
-    def _handle(self):
+    def _handle(self) -> int:
         h = self._h
         if not h:
             raise InvalidArgument("kvreshard: %s is closed" % self.kind, _lib.ECLOSED)
         return h
 
     @property
-    def closed(self):
-        return self._h == 0
+    def closed(self) -> bool:
+        return not self._h
 
-    def __enter__(self):
+    def __enter__(self: H) -> H:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
-    def close(self):
+    def close(self) -> None:
         """Close the handle (kvr_<kind>_close); closing twice does nothing."""
         h, self._h = getattr(self, "_h", 0), 0
         if h:
             err = _lib.errbuf()
             _lib.check(getattr(_lib.lib(), "kvr_%s_close" % self.kind)(h, err, _lib.ERRLEN), err)
 
-    def _stats(self, c_type, fields, result):
+    def _stats(self, c_type: Type[ctypes.Structure], fields: Sequence[str], result: Any) -> Any:
         """The handle's counters: kvr_<kind>_stats_get into a c_type, as
         a result of those fields."""
         s = _lib.sized(c_type)
@@ -224,7 +358,7 @@ class Store(_Handle):
 
     kind = "store"
 
-    def __init__(self, url):
+    def __init__(self, url: str) -> None:
         self.url = url
         b = _str("store url", url)
         h = _lib.HANDLE()
@@ -232,16 +366,16 @@ class Store(_Handle):
         _lib.check(_lib.lib().kvr_store_open(b, ctypes.byref(h), err, _lib.ERRLEN), err)
         self._h = h.value
 
-    def _handle(self):
+    def _handle(self) -> int:
         if not self._h:
             raise InvalidArgument("kvreshard: store %s is closed" % self.url, _lib.ECLOSED)
         return self._h
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Store(%r%s)" % (self.url, ", closed" if self.closed else "")
 
 
-class Model:
+class Model(_Frozen):
     """The model whose KV pages are shared: the --model fields of the
     command line. Pages are stored under the model domain, a digest of the
     name, revision, namespace, fingerprint, dtype and shape (never of TP,
@@ -251,44 +385,59 @@ class Model:
     draft_layers: how many of the last of the layers are the draft layers
     of speculative decoding (MTP) that a page holds after the model's own
     (0 to layers; the --model flag's draft-layers). They enter the model
-    domain: pages with and without them never share a key."""
+    domain: pages with and without them never share a key.
 
-    def __init__(self, layers, kv_heads, head_dim, dtype, page, v_head_dim=None, mla=False,
-                 name="model", revision="0", namespace="kvreshard", fingerprint="", draft_layers=0):
-        self.layers = _int32("model layers", layers)
-        self.kv_heads = _int32("model kv_heads", kv_heads)
-        self.head_dim = _int32("model head_dim", head_dim)
-        self.v_head_dim = None if v_head_dim is None else _int32("model v_head_dim", v_head_dim)
-        self.page = _int32("model page", page)
-        self.draft_layers = _int32("model draft_layers", draft_layers)
+    Immutable (AttributeError on setting an attribute): make another."""
+
+    __slots__ = ("layers", "kv_heads", "head_dim", "v_head_dim", "page", "draft_layers", "mla", "dtype",
+                 "name", "revision", "namespace", "fingerprint", "_strs", "_c")
+    layers: int
+    kv_heads: int
+    head_dim: int
+    v_head_dim: Optional[int]
+    page: int
+    draft_layers: int
+    mla: bool
+    dtype: str
+    name: str
+    revision: str
+    namespace: str
+    fingerprint: str
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: str, page: int,
+                 v_head_dim: Optional[int] = None, mla: bool = False, name: str = "model", revision: str = "0",
+                 namespace: str = "kvreshard", fingerprint: str = "", draft_layers: int = 0) -> None:
+        ints = dict(layers=_int32("model layers", layers), kv_heads=_int32("model kv_heads", kv_heads),
+                    head_dim=_int32("model head_dim", head_dim),
+                    v_head_dim=None if v_head_dim is None else _int32("model v_head_dim", v_head_dim),
+                    page=_int32("model page", page), draft_layers=_int32("model draft_layers", draft_layers))
         if not isinstance(mla, bool):
             raise TypeError("kvreshard: model mla must be a bool, not %s" % type(mla).__name__)
-        self.mla = mla
         if mla and v_head_dim is not None:
             raise InvalidArgument("kvreshard: an mla model has one latent component; drop v_head_dim",
                                   _lib.EINVAL)
-        self.dtype = dtype
-        self.name, self.revision, self.namespace, self.fingerprint = name, revision, namespace, fingerprint
-        self._strs = [_str("model " + f, v) for f, v in (
+        strs = [_str("model " + f, v) for f, v in (
             ("dtype", dtype), ("name", name), ("revision", revision),
             ("namespace", namespace), ("fingerprint", fingerprint))]
-        s = self._strs
-        self._c = _lib.sized(_lib.CModel, self.layers, self.kv_heads, self.head_dim, self.v_head_dim or 0,
-                             self.page, int(mla), self.draft_layers, s[0], s[1], s[2], s[3], s[4])
+        self._init(mla=mla, dtype=dtype, name=name, revision=revision, namespace=namespace,
+                   fingerprint=fingerprint, _strs=strs, **ints)
+        s = strs
+        self._init(_c=_lib.sized(_lib.CModel, self.layers, self.kv_heads, self.head_dim, self.v_head_dim or 0,
+                                 self.page, int(mla), self.draft_layers, s[0], s[1], s[2], s[3], s[4]))
 
     @property
-    def item_size(self):
+    def item_size(self) -> int:
         """Bytes of one element (KeyError-free: 0 for an unknown dtype)."""
         return DTYPES.get(self.dtype, 0)
 
-    def domain(self):
+    def domain(self) -> str:
         """The model domain: 64 hex digits (InvalidArgument for a bad model)."""
         out = ctypes.create_string_buffer(80)
         err = _lib.errbuf()
         _lib.check(_lib.lib().kvr_model_domain(ctypes.byref(self._c), out, len(out), err, _lib.ERRLEN), err)
         return out.value.decode("ascii")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         f = ["layers=%d" % self.layers, "kv_heads=%d" % self.kv_heads, "head_dim=%d" % self.head_dim]
         if self.v_head_dim is not None:
             f.append("v_head_dim=%d" % self.v_head_dim)
@@ -303,7 +452,7 @@ class Model:
         return "Model(%s)" % ", ".join(f)
 
 
-class Placement:
+class Placement(_Frozen):
     """A TP x PP x CP topology and this process's rank in it: rank is
     (tp_rank, pp_rank) or (tp_rank, pp_rank, cp_rank). pp_layers lists the
     layers of each PP stage, in order, summing to the model's layers; None
@@ -317,11 +466,23 @@ class Placement:
     (SGLang's DCP: cp_interleave=1; vLLM: --cp-kv-cache-interleave-size;
     page // cp: contiguous slices). The pool of a CP rank holds page // cp
     tokens a page. The library checks the values (InvalidArgument naming
-    what is wrong) when a Writer or Reader opens."""
+    what is wrong) when a Writer or Reader opens.
 
-    def __init__(self, tp, pp, rank=(0, 0), pp_layers=None, cp=1, cp_interleave=1):
-        self.tp = _int32("placement tp", tp)
-        self.pp = _int32("placement pp", pp)
+    Immutable (AttributeError on setting an attribute): make another."""
+
+    __slots__ = ("tp", "pp", "rank", "cp_rank", "cp", "cp_interleave", "pp_layers", "_layers", "_c")
+    tp: int
+    pp: int
+    rank: Tuple[int, ...]
+    cp_rank: int
+    cp: int
+    cp_interleave: int
+    pp_layers: Optional[Tuple[int, ...]]
+
+    def __init__(self, tp: int, pp: int, rank: Sequence[int] = (0, 0), pp_layers: Optional[Iterable[int]] = None,
+                 cp: int = 1, cp_interleave: int = 1) -> None:
+        tp = _int32("placement tp", tp)
+        pp = _int32("placement pp", pp)
         try:
             r = tuple(rank)
         except TypeError:
@@ -329,26 +490,27 @@ class Placement:
         if len(r) not in (2, 3):
             raise TypeError("kvreshard: placement rank must be a (tp_rank, pp_rank) or (tp_rank, pp_rank, "
                             "cp_rank) tuple, not %r" % (rank,))
-        self.rank = (_int32("placement tp_rank", r[0]), _int32("placement pp_rank", r[1]))
-        self.cp_rank = _int32("placement cp_rank", r[2]) if len(r) == 3 else 0
+        ranks = (_int32("placement tp_rank", r[0]), _int32("placement pp_rank", r[1]))
+        cp_rank = _int32("placement cp_rank", r[2]) if len(r) == 3 else 0
         if len(r) == 3:
-            self.rank += (self.cp_rank,)
-        self.cp = _int32("placement cp", cp, lo=-_I32)
-        self.cp_interleave = _int32("placement cp_interleave", cp_interleave, lo=-_I32)
-        self.pp_layers = None
-        self._layers = None
+            ranks += (cp_rank,)
+        cp = _int32("placement cp", cp, lo=-_I32)
+        cp_interleave = _int32("placement cp_interleave", cp_interleave, lo=-_I32)
+        split = None
+        layers = None
         if pp_layers is not None:
-            self.pp_layers = tuple(_int32("placement pp_layers entry", x) for x in pp_layers)
-            if len(self.pp_layers) != self.pp:
+            split = tuple(_int32("placement pp_layers entry", x) for x in pp_layers)
+            if len(split) != pp:
                 raise InvalidArgument("kvreshard: placement pp_layers has %d entries; pp is %d"
-                                      % (len(self.pp_layers), self.pp), _lib.EINVAL)
-            self._layers = (ctypes.c_int32 * len(self.pp_layers))(*self.pp_layers)
-        self._c = _lib.sized(_lib.CPlacement, self.tp, self.pp, self.rank[0], self.rank[1],
-                             self.cp, self.cp_rank, self.cp_interleave,
-                             ctypes.cast(self._layers, ctypes.POINTER(ctypes.c_int32))
-                             if self._layers is not None else None)
+                                      % (len(split), pp), _lib.EINVAL)
+            layers = (ctypes.c_int32 * len(split))(*split)
+        self._init(tp=tp, pp=pp, rank=ranks, cp_rank=cp_rank, cp=cp, cp_interleave=cp_interleave,
+                   pp_layers=split, _layers=layers)
+        self._init(_c=_lib.sized(_lib.CPlacement, tp, pp, ranks[0], ranks[1], cp, cp_rank, cp_interleave,
+                                 ctypes.cast(layers, ctypes.POINTER(ctypes.c_int32))
+                                 if layers is not None else None))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         s = "Placement(tp=%d, pp=%d, rank=%r" % (self.tp, self.pp, self.rank)
         if self.pp_layers is not None:
             s += ", pp_layers=%r" % (list(self.pp_layers),)
@@ -357,7 +519,7 @@ class Placement:
         return s + ")"
 
 
-def _region(i, r):
+def _region(i: int, r: Region) -> Tuple[int, int, Any]:
     """(address, nbytes, keepalive) of pool region i."""
     if isinstance(r, tuple):
         if len(r) != 2:
@@ -396,17 +558,27 @@ def _region(i, r):
     return ctypes.addressof(keep), n, keep
 
 
-class Pool:
+class Pool(_Frozen):
     """A rank's host pool: a pool layout (layer_first, page_first,
-    page_first_direct, page_head, or any pool layout linked into the
-    library), its regions in order (K then V when the layout has C
-    outermost; one for MLA), and the pages (slots) it holds. Only the rank's
-    own layers, heads and tokens are in it: with context parallelism of cp
-    ranks a slot holds page // cp tokens."""
+    page_first_direct, page_head, or any pool layout of layouts(), as
+    define_layout makes them), its regions in order (K then V when the
+    layout has C outermost; else one region holding every component; one
+    for MLA), and the pages (slots) it holds. Only the rank's own layers,
+    heads and tokens are in it: with context parallelism of cp ranks a slot
+    holds page // cp tokens.
 
-    def __init__(self, layout, regions, slots):
-        self.layout = layout
-        self._layout = _str("pool layout", layout)
+    regions is kept as a tuple, which keeps the buffers alive; sizes are
+    their bytes. Immutable (AttributeError on setting an attribute): make
+    another."""
+
+    __slots__ = ("layout", "regions", "slots", "sizes", "_layout", "_keep", "_bases", "_sizes", "_c")
+    layout: str
+    regions: Tuple[Region, ...]
+    slots: int
+    sizes: Tuple[int, ...]
+
+    def __init__(self, layout: str, regions: Sequence[Region], slots: int) -> None:
+        b = _str("pool layout", layout)
         if isinstance(regions, (bytes, bytearray, memoryview)) or not hasattr(regions, "__len__"):
             raise TypeError("kvreshard: pool regions must be a list of regions, not %s"
                             % type(regions).__name__)
@@ -414,18 +586,18 @@ class Pool:
             raise InvalidArgument("kvreshard: pool has no regions", _lib.EINVAL)
         if isinstance(slots, bool) or not hasattr(slots, "__index__"):
             raise TypeError("kvreshard: pool slots must be an int, not %s" % type(slots).__name__)
-        self.slots = slots.__index__()
-        if self.slots <= 0 or self.slots >= 1 << 62:
-            raise InvalidArgument("kvreshard: pool slots=%d is not positive" % self.slots, _lib.EINVAL)
+        n = slots.__index__()
+        if n <= 0 or n >= 1 << 62:
+            raise InvalidArgument("kvreshard: pool slots=%d is not positive" % n, _lib.EINVAL)
         rs = [_region(i, r) for i, r in enumerate(regions)]
-        self.regions = list(regions)  # keeps the buffers alive
-        self._keep = [k for _, _, k in rs]
-        self.sizes = tuple(n for _, n, _ in rs)
-        self._bases = (ctypes.c_void_p * len(rs))(*(a for a, _, _ in rs))
-        self._sizes = (ctypes.c_uint64 * len(rs))(*self.sizes)
-        self._c = _lib.sized(_lib.CPool, len(rs), self._layout, self._bases, self._sizes, self.slots)
+        sizes = tuple(size for _, size, _ in rs)
+        bases = (ctypes.c_void_p * len(rs))(*(a for a, _, _ in rs))
+        csizes = (ctypes.c_uint64 * len(rs))(*sizes)
+        self._init(layout=layout, _layout=b, slots=n, regions=tuple(regions), _keep=[k for _, _, k in rs],
+                   sizes=sizes, _bases=bases, _sizes=csizes,
+                   _c=_lib.sized(_lib.CPool, len(rs), b, bases, csizes, n))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Pool(%r, %d regions of %s bytes, slots=%d)" % (
             self.layout, len(self.sizes), "/".join(map(str, self.sizes)), self.slots)
 
@@ -433,7 +605,7 @@ class Pool:
 _EMPTY_OFFSETS = array.array("q", [0])
 
 
-def _keys(keys):
+def _keys(keys: Iterable[str]) -> Tuple[bytes, "array.array[int]", int]:
     """keys, any iterable of str (read once), as one buffer and n+1
     offsets. A key with a NUL byte is refused here, in the library's words
     (the library refuses it too, and '_' and empty keys)."""
@@ -458,7 +630,7 @@ def _keys(keys):
     return b, array.array("q", accumulate(map(len, enc), initial=0)), len(keys)
 
 
-def _slots(slots, n):
+def _slots(slots: Iterable[int], n: int) -> Tuple[Optional[int], Any]:
     """slots as an address of n int64 values, and what keeps them alive.
     slots is any iterable of ints, read once; a numpy array of integers is
     converted at once, without a loop in Python."""
@@ -490,10 +662,10 @@ def _slots(slots, n):
     return (a.buffer_info()[0] if n else None), a
 
 
-_np = False
+_np: Any = False
 
 
-def _numpy():
+def _numpy() -> Any:
     global _np
     if _np is False:
         try:
@@ -506,13 +678,15 @@ def _numpy():
 
 class Writer(_Handle):
     """Writes this rank's part of pages from its pool. part_layout is the
-    layout of the part in the store (PLHD, LPHD, HPLD or any part layout
-    linked in); None is the pool's default. The first write publishes the
-    manifest (publish() does it earlier, to fail fast)."""
+    layout of the part in the store (PLHD, LPHD, HPLD, or any part layout
+    of layouts(), as define_layout makes them); None is the one the pool's
+    layout writes (Layout.writes). The first write publishes the manifest
+    (publish() does it earlier, to fail fast)."""
 
     kind = "writer"
 
-    def __init__(self, store, model, placement, pool, part_layout=None):
+    def __init__(self, store: Store, model: Model, placement: Placement, pool: Pool,
+                 part_layout: Optional[str] = None) -> None:
         self._h = 0
         _check_types(store, model, placement, pool)
         self.store, self.model, self.placement, self.pool = store, model, placement, pool
@@ -526,12 +700,12 @@ class Writer(_Handle):
         self._h = h.value
         self._write = _lib.lib().kvr_writer_write
 
-    def publish(self):
+    def publish(self) -> None:
         """Publish the manifest: write it pinned, read it back, compare."""
         err = _lib.errbuf()
         _lib.check(_lib.lib().kvr_writer_publish(self._handle(), err, _lib.ERRLEN), err)
 
-    def write(self, keys, slots):
+    def write(self, keys: Iterable[str], slots: Iterable[int]) -> List[WriteStatus]:
         """Write page keys[i] from pool slot slots[i]; one WriteStatus per
         page. keys is any iterable of str, slots any iterable of ints (a
         numpy array too), each read once. Raises only for bad arguments or
@@ -542,10 +716,10 @@ class Writer(_Handle):
         err = _lib.errbuf()
         code = self._write(self._handle(), kb, off.buffer_info()[0], sp, n, st, err, _lib.ERRLEN)
         if code != _lib.OK:
-            raise _lib.error(code, err.value.decode("utf-8", "replace"))
+            raise _lib.error(code, _lib.message(err))
         return [_STATUS[b] for b in st.raw[:n]]
 
-    def stats(self):
+    def stats(self) -> WriterStats:
         """The writer's counters (WriterStats)."""
         return self._stats(_lib.CWriterStats, _lib.WRITER_STATS, WriterStats)
 
@@ -564,14 +738,15 @@ class Reader(_Handle):
     checksums its part was stored with, which bind it to its page, its
     manifest and its part number; a page that fails (corrupt, or a part
     copied from another page) is not a hit: the read stops there with
-    Stop.FAILED and says why. Checked reads are staged and read the 1 KiB
+    Stop.CHECKSUM and says why. Checked reads are staged and read the 1 KiB
     checksum blocks around the bytes needed; see the README for what it
     costs."""
 
     kind = "reader"
 
-    def __init__(self, store, model, placement, pool, copy_workers=None, max_pages=None, max_bytes=None,
-                 check_parts=False):
+    def __init__(self, store: Store, model: Model, placement: Placement, pool: Pool,
+                 copy_workers: Optional[int] = None, max_pages: Optional[int] = None,
+                 max_bytes: Optional[int] = None, check_parts: bool = False) -> None:
         self._h = 0
         _check_types(store, model, placement, pool)
         if not isinstance(check_parts, bool):
@@ -590,14 +765,13 @@ class Reader(_Handle):
         if opts.copy_workers or opts.max_pages or opts.max_bytes or opts.check_parts:
             code = _lib.lib().kvr_reader_set_options(self._h, ctypes.byref(opts), err, _lib.ERRLEN)
             if code != _lib.OK:
-                e = _lib.error(code, err.value.decode("utf-8", "replace"))
+                e = _lib.error(code, _lib.message(err))
                 self.close()
                 raise e
         self._read = _lib.lib().kvr_reader_read
         self._exists = _lib.lib().kvr_reader_exists
-        self._res = _lib.CReadResult
 
-    def exists(self, keys):
+    def exists(self, keys: Iterable[str]) -> int:
         """How many leading pages of keys (any iterable of str, read once)
         are complete in the store."""
         kb, off, n = _keys(keys)
@@ -605,10 +779,10 @@ class Reader(_Handle):
         err = _lib.errbuf()
         code = self._exists(self._handle(), kb, off.buffer_info()[0], n, ctypes.byref(out), err, _lib.ERRLEN)
         if code != _lib.OK:
-            raise _lib.error(code, err.value.decode("utf-8", "replace"))
+            raise _lib.error(code, _lib.message(err))
         return out.value
 
-    def read(self, keys, slots):
+    def read(self, keys: Iterable[str], slots: Iterable[int]) -> ReadResult:
         """Read the leading run of complete pages keys[i] into pool slots
         slots[i] (keys and slots as Writer.write takes them). Misses, the
         budget, rejected manifests, checksum failures and a store that
@@ -618,21 +792,21 @@ class Reader(_Handle):
         them may be used. Raises only for bad arguments."""
         kb, off, n = _keys(keys)
         sp, keep = _slots(slots, n)
-        res = _lib.sized(self._res)
+        res = _lib.sized(_lib.CReadResult)
         err = _lib.errbuf()
         code = self._read(self._handle(), kb, off.buffer_info()[0], sp, n, ctypes.byref(res), err, _lib.ERRLEN)
         if code != _lib.OK and code != _lib.ESTORE:
-            raise _lib.error(code, err.value.decode("utf-8", "replace"))
+            raise _lib.error(code, _lib.message(err))
         stop = res.stop
         return ReadResult(res.hit, res.bytes, res.ops, _STOP[stop] if 0 <= stop < len(_STOP) else stop,
-                          err.value.decode("utf-8", "replace") if stop else "")
+                          _lib.message(err) if stop else "")
 
-    def stats(self):
+    def stats(self) -> ReaderStats:
         """The reader's counters (ReaderStats)."""
         return self._stats(_lib.CReaderStats, _lib.READER_STATS, ReaderStats)
 
 
-def _opt(what, v, bits):
+def _opt(what: str, v: Optional[int], bits: int) -> int:
     """An optional int argument of the C API: None is 0; the library
     checks the range it accepts and names the argument."""
     if v is None:
@@ -645,7 +819,7 @@ def _opt(what, v, bits):
     return v
 
 
-def _check_types(store, model, placement, pool):
+def _check_types(store: Any, model: Any, placement: Any, pool: Any) -> None:
     for what, v, cls in (("store", store, Store), ("model", model, Model),
                          ("placement", placement, Placement), ("pool", pool, Pool)):
         if not isinstance(v, cls):

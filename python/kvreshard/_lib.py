@@ -20,7 +20,7 @@ import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 ABI_VERSION = 2  # KVR_ABI_VERSION: the major version this package needs
-ABI_MINOR = 0  # KVR_ABI_MINOR of the header this package was written against
+ABI_MINOR = 1  # KVR_ABI_MINOR of the header this package was written against
 
 # Return codes of the C API.
 OK, EINVAL, ESTORE, EMANIFEST, ECLOSED, EFORK, EINTERNAL = range(7)
@@ -202,6 +202,8 @@ _FUNCTIONS: Dict[str, Tuple[int, List[Any], Any]] = {
     "kvr_reader_set_options": (0, [_h, ctypes.POINTER(CReaderOptions), _p, _n], _int),
     "kvr_reader_stats_get": (0, [_h, ctypes.POINTER(CReaderStats), _p, _n], _int),
     "kvr_reader_close": (0, [_h, _p, _n], _int),
+    "kvr_layouts": (1, [_p, _n, ctypes.POINTER(_n), _p, _n], _int),
+    "kvr_define_layout": (1, [_s, _s, _s, _s, _p, _n], _int),
 }
 
 # A test-only seam: when set, the package reads the library as of this
@@ -284,8 +286,8 @@ def function(name: str, caller: str) -> Any:
     l = lib()
     since = _FUNCTIONS[name][0]
     if since > _minor:
-        raise KvreshardError("kvreshard: %s needs libkvreshard ABI %d.%d (%s); the library is %d.%d (%s)"
-                             % (caller, ABI_VERSION, since, name, ABI_VERSION, _minor, _path))
+        raise KvreshardError("kvreshard: %s needs libkvreshard ABI %d.%d; the library is %d.%d (%s)"
+                             % (caller, ABI_VERSION, since, ABI_VERSION, _minor, _path))
     return getattr(l, name)
 
 

@@ -6,6 +6,11 @@ A page is one array per component (K, V; one latent for MLA) indexed
 head, element] array. A rank's pool holds its own layers, heads and (with
 context parallelism) tokens; slot s of a pool, seen through slot_view, is
 indexed the same way, its tokens in the order of cp_tokens.
+
+Any other pool layout is modelled from its order, as kvreshard.h writes
+it ("L C S T H D", split axes as "D/8 ... D%8"): order_offsets gives each
+logical element's dense offset, and new_order_pool, fill_order_slot and
+check_order_slot use those offsets into flat regions.
 """
 
 import hashlib
@@ -147,3 +152,99 @@ def check_untouched(comps, layout, slots, spec, fill, what="", tokens=None):
             v = slot_view(c, layout, s, page_tokens(spec, tokens))
             if not (v == fill).all():
                 raise AssertionError("%s component %d slot %d was written" % (what, ci, s))
+
+
+# Layouts by their order.
+
+
+def parse_order(order):
+    """The modes of a layout's order, outermost first: (axis, op, factor),
+    op "" for a whole axis, "/" for its blocks of factor elements and "%"
+    for the factor elements of a block."""
+    out = []
+    for tok in order.split():
+        for op in "/%":
+            if op in tok:
+                axis, f = tok.split(op)
+                out.append((axis, op, int(f)))
+                break
+        else:
+            out.append((tok, "", 0))
+    return out
+
+
+def order_offsets(order, ext):
+    """The dense offset of every element under order, as an int64 array
+    indexed by the order's axes in the logical order C, S, T, L, H, D (the
+    axes it has), and those axes. ext: each axis's extent."""
+    modes = parse_order(order)
+    shape = [ext[a] // f if op == "/" else f if op == "%" else ext[a] for a, op, f in modes]
+    off = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    axes = [a for a in "CSTLHD" if any(m[0] == a for m in modes)]
+    perm = []
+    for a in axes:  # a split axis: its blocks, then the elements of a block
+        perm += sorted((i for i, m in enumerate(modes) if m[0] == a), key=lambda i: modes[i][1] == "%")
+    return off.transpose(perm).reshape([ext[a] for a in axes]), axes
+
+
+def _order_comp(spec, order, slots, layers, heads, c, tokens):
+    """(region, offsets[S, T, L, H, D]) of component c of a pool of layout
+    order, whose regions are one a component when C is outermost, else one
+    holding every component (of equal dims)."""
+    T = page_tokens(spec, tokens)
+    modes = order.split()
+    if modes[0] == "C":
+        off, _ = order_offsets(" ".join(modes[1:]), dict(S=slots, T=T, L=layers, H=heads, D=spec.dims[c]))
+        return c, off
+    assert len(set(spec.dims)) == 1, "one region holds components of equal dims"
+    off, _ = order_offsets(order, dict(C=len(spec.dims), S=slots, T=T, L=layers, H=heads, D=spec.dims[0]))
+    return 0, off[c]
+
+
+def new_order_pool(spec, order, slots, layers, heads, fill=0, tokens=None):
+    """The flat regions of a pool of layout order (layers, heads: counts)."""
+    T = page_tokens(spec, tokens)
+    sizes = [slots * T * layers * heads * d for d in spec.dims]
+    if order.split()[0] != "C":
+        sizes = [sum(sizes)]
+    return [np.full(n, fill, spec.uint) for n in sizes]
+
+
+def _order_slot(regions, order, spec, slot, layers, heads, tokens):
+    """(region, offsets[T, L, H, D]) of slot of each component of a pool of
+    layout order; its slot count is what its regions hold."""
+    nl, nh = layers[1] - layers[0], heads[1] - heads[0]
+    per_slot = page_tokens(spec, tokens) * nl * nh * (spec.dims[0] if order.split()[0] == "C" else sum(spec.dims))
+    slots = len(regions[0]) // per_slot
+    for c in range(len(spec.dims)):
+        r, off = _order_comp(spec, order, slots, nl, nh, c, tokens)
+        yield regions[r], off[slot]
+
+
+def fill_order_slot(regions, order, slot, spec, pg, layers, heads, tokens=None):
+    """Put the rank's share of page pg into slot of a pool of layout order."""
+    for (reg, off), want in zip(_order_slot(regions, order, spec, slot, layers, heads, tokens),
+                                share(pg, layers, heads, tokens)):
+        reg[off] = want
+
+
+def check_order_slot(regions, order, slot, spec, pg, layers, heads, what="", tokens=None):
+    """Assert slot of a pool of layout order holds the rank's share of pg."""
+    for ci, ((reg, off), want) in enumerate(zip(_order_slot(regions, order, spec, slot, layers, heads, tokens),
+                                                 share(pg, layers, heads, tokens))):
+        got = reg[off]
+        if not np.array_equal(got, want):
+            bad = np.argwhere(got != want)
+            t, l, h, d = bad[0]
+            raise AssertionError(
+                "%s %s component %d slot %d: %d of %d elements differ; first at token %d layer %d head %d "
+                "element %d: got %#x, want %#x" % (what, order, ci, slot, len(bad), want.size, t, l + layers[0],
+                                                   h + heads[0], d, got[t, l, h, d], want[t, l, h, d]))
+
+
+def check_order_untouched(regions, order, slots, spec, fill, layers, heads, what="", tokens=None):
+    """Assert the given slots of a pool of layout order still hold fill."""
+    for s in slots:
+        for ci, (reg, off) in enumerate(_order_slot(regions, order, spec, s, layers, heads, tokens)):
+            if not (reg[off] == fill).all():
+                raise AssertionError("%s %s component %d slot %d was written" % (what, order, ci, s))

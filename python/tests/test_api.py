@@ -281,3 +281,77 @@ def test_set_max_procs():
     assert prev >= 1
     assert kv.set_max_procs(1) == prev
     assert kv.set_max_procs(prev) == 1
+
+
+def test_model_placement_and_pool_are_immutable():
+    """The library reads a Model, Placement or Pool when a Writer or Reader
+    opens; an attribute changed afterwards would be ignored, so none can be
+    set or deleted (nor added)."""
+    _, comps = pool_arrays()
+    objs = [(model(), "layers", 5), (kv.Placement(2, 1, rank=(1, 0)), "tp", 4),
+            (kv.Pool("page_first", comps, 4), "slots", 2)]
+    for obj, attr, value in objs:
+        cls = type(obj).__name__
+        before = getattr(obj, attr)
+        with pytest.raises(AttributeError) as e:
+            setattr(obj, attr, value)
+        assert str(e.value) == "kvreshard.%s is immutable: cannot set %s; make another %s" % (cls, attr, cls)
+        with pytest.raises(AttributeError) as e:
+            delattr(obj, attr)
+        assert str(e.value) == "kvreshard.%s is immutable: cannot delete %s" % (cls, attr)
+        with pytest.raises(AttributeError, match="^kvreshard.%s is immutable: cannot set extra; " % cls):
+            obj.extra = 1
+        assert getattr(obj, attr) == before
+    m, p, pool = (o for o, _, _ in objs)
+    assert (m.layers, m.dtype, m.v_head_dim, m.item_size) == (4, "fp32", None, 4)
+    assert (p.tp, p.rank, p.cp, p.pp_layers) == (2, (1, 0), 1, None)
+    assert type(pool.regions) is tuple and pool.regions[0] is comps[0] and pool.layout == "page_first"
+
+
+def test_a_read_the_store_fails_is_a_result(tmp_path):
+    """A store that fails during a read (the C API's KVR_ESTORE) is a
+    ReadResult with Stop.FAILED and the store's message, not a StoreError:
+    the pages before it are read in full. A Redis server that is gone is
+    such a store."""
+    import shutil
+    import socket
+    import subprocess
+    redis = shutil.which("redis-server")
+    if redis is None:
+        pytest.skip("redis-server not found")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = subprocess.Popen([redis, "--port", str(port), "--save", "", "--appendonly", "no"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = "redis://127.0.0.1:%d" % port
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                st = kv.Store(url)
+                break
+            except kv.StoreError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        with st:
+            pages = {k: o.page(SP, k) for k in ("k1", "k2")}
+            _, comps = pool_arrays(slots=2)
+            for i, k in enumerate(("k1", "k2")):
+                o.fill_slot(comps, "page_first", i, SP, pages[k], (0, 4), (0, 2))
+            with kv.Writer(st, model(), kv.Placement(1, 1), kv.Pool("page_first", comps, 2)) as w:
+                assert w.write(["k1", "k2"], [0, 1]) == [kv.WriteStatus.WRITTEN] * 2
+            _, out = pool_arrays()
+            with kv.Reader(st, model(), kv.Placement(1, 1), kv.Pool("page_first", out, 4)) as r:
+                assert r.read(["k1"], [0]).hit == 1
+                srv.kill()
+                srv.wait()
+                res = r.read(["k1", "k2"], [2, 3])
+                assert (res.hit, res.stop) == (0, kv.Stop.FAILED), res
+                assert res.message != ""
+                with pytest.raises(kv.StoreError):
+                    r.exists(["k1"])
+    finally:
+        srv.kill()
+        srv.wait()

@@ -1,6 +1,6 @@
 """The package builds offline with pip (its build runs go build) and finds
-the library it installed next to itself; it imports without numpy, SGLang
-or torch."""
+the library it installed next to itself, with its py.typed marker (PEP
+561); it imports without numpy, SGLang or torch."""
 
 import os
 import shutil
@@ -36,7 +36,8 @@ def test_pip_install_offline(tmp_path):
                        env=env_without_lib(KVRESHARD_ROOT=ROOT), timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(x for x in os.listdir(target / "kvreshard") if x != "__pycache__") == [
-        "__init__.py", "_lib.py", "bench.py", "libkvreshard.so", "sglang"]
+        "__init__.py", "_lib.py", "bench.py", "libkvreshard.so", "py.typed", "sglang"]
+    assert (target / "kvreshard" / "py.typed").read_bytes() == b""
     assert sorted(x for x in os.listdir(target / "kvreshard" / "sglang") if x != "__pycache__") == [
         "__init__.py", "binding.py", "compat.py", "storage.py"]
     code = ("import kvreshard as kv, kvreshard.sglang as ks\n"

@@ -14,6 +14,9 @@ SPEC = dict(layers=7, kv_heads=4, head_dim=8, dtype="bf16", page=4)
 TP1PP3 = (1, 3, [2, 2, 3])
 TP2PP2 = (2, 2, [3, 4])
 KEYS = ["a0f1", "b1e2", "c2d3"]
+# The built-in part layouts (test_part_layouts checks them against the
+# library's list).
+PART_LAYOUTS = ("PLHD", "LPHD", "HPLD")
 SLOTS = 6
 FILL = 0xA5A5
 
@@ -73,12 +76,12 @@ def read_all(url, m, sp, topo, pool_layout, keys, slots, pages):
 
 
 @pytest.mark.parametrize("direction", ["tp1pp3-to-tp2pp2", "tp2pp2-to-tp1pp3"])
-@pytest.mark.parametrize("part_layout", kv.PART_LAYOUTS)
+@pytest.mark.parametrize("part_layout", PART_LAYOUTS)
 @pytest.mark.parametrize("read_layout", o.LAYOUTS)
 def test_reshard(tmp_path, direction, part_layout, read_layout):
     src, dst = (TP1PP3, TP2PP2) if direction.startswith("tp1") else (TP2PP2, TP1PP3)
     # the writers' pool layout differs from the readers' in every case
-    write_layout = o.LAYOUTS[(o.LAYOUTS.index(read_layout) + 1 + kv.PART_LAYOUTS.index(part_layout)) % 4]
+    write_layout = o.LAYOUTS[(o.LAYOUTS.index(read_layout) + 1 + PART_LAYOUTS.index(part_layout)) % 4]
     if write_layout == read_layout:
         write_layout = o.LAYOUTS[(o.LAYOUTS.index(read_layout) + 1) % 4]
     url = "file://" + str(tmp_path / "store")
@@ -86,6 +89,13 @@ def test_reshard(tmp_path, direction, part_layout, read_layout):
     pages, statuses = write_all(url, m, sp, src, write_layout, part_layout, KEYS, [5, 0, 3])
     assert statuses == [[kv.WriteStatus.WRITTEN] * 3] * (src[0] * src[1])
     read_all(url, m, sp, dst, read_layout, KEYS, [1, 4, 2], pages)
+
+
+def test_part_layouts():
+    """The built-in layouts these tests move pages through are the library's."""
+    ls = kv.layouts()
+    assert tuple(l for l in ls if l.kind == "part")[:3] == PART_LAYOUTS
+    assert sorted(l for l in ls if l.kind == "pool")[:4] == sorted(o.LAYOUTS)
 
 
 def test_write_again_is_complete(tmp_path):
