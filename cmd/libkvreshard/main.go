@@ -12,10 +12,13 @@
 // of a batch of pages (keys in one buffer with offsets, one pool slot per
 // page) between a store and the caller's host pool, whose memory the
 // caller owns and registers when it opens a writer or a reader. Stores,
-// writers and readers are runtime/cgo handles, closed explicitly. Every
-// function returns an int code and writes its message into a buffer of
-// the caller; none allocates memory the caller must free, and C never
-// holds a Go pointer.
+// writers and readers are runtime/cgo handles, which C holds as pointers
+// of the opaque types kvr_store, kvr_writer and kvr_reader (their values
+// are the ids, never dereferenced), closed explicitly. Every function
+// returns an int code and writes its message into a buffer of the caller;
+// none allocates memory the caller must free, and C never holds a Go
+// pointer. Structs carry their size, so that they grow (structs.go); the
+// ABI version is 2.1 (codes.go).
 //
 // kvreshard.c holds the public functions: each checks first, in C, that it
 // runs in the process that loaded the library (Go does not survive fork:

@@ -12,6 +12,10 @@
  * reader ranks of TP2/PP2 (its own PP split) read them into layer_first,
  * page_head and page_first_direct pools. TP 2 x CP 2 ranks write pages of
  * another model that TP 1 x CP 1 and TP 1 x CP 4 ranks read (test_cp).
+ * Layouts defined at run time (kvr_define_layout) move pages between
+ * page_first and vllm_host pools (test_layouts); the ABI's versions, codes
+ * and struct sizes are checked (test_abi), and a store that fails a read
+ * (test_engine_store).
  * Every element is checked against an oracle computed here from its logical
  * [component, token, layer, head, element] index: the library computes no
  * expectation. Prints "ok" and
