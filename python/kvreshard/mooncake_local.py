@@ -169,15 +169,27 @@ def client_env(env=None):
     return e
 
 
+def die_with_parent():
+    """A preexec_fn for Popen: the child is killed when the thread that
+    started it ends (PR_SET_PDEATHSIG), so that no process of a cluster
+    outlives a driver that was killed. Call Popen from the main thread."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 class _Proc:
-    """A process of the cluster, in its own process group, logging to a file."""
+    """A process of the cluster, in its own process group, logging to a
+    file, killed when the process that started it dies."""
 
     proc = None
 
     def _spawn(self, argv, env=None):
         self.log_file = open(self.log, "ab")
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=self.log_file, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True)
+                                     env=env, start_new_session=True, preexec_fn=die_with_parent)
 
     @property
     def pid(self):
