@@ -32,10 +32,15 @@ How kvreshard's pages map onto Mooncake objects (claims, parts whose keys
 name their manifest, commits) is the Go runtime's (runtime/store/enginestore);
 this module only moves objects:
 
-- put: batch_put_from (one fragment an object) or
-  batch_put_from_multi_buffers; an object whose key exists keeps its first
-  value (Mooncake's put returns 0 for it). A put refused for want of memory
+- put: batch_put_from, of an object's bytes where they are when they are
+  one fragment, else gathered into one buffer first (Mooncake's TCP
+  transport breaks down under a batch of thousands of small buffers, which
+  batch_put_from_multi_buffers of a part's runs would be); an object whose
+  key exists keeps its first value (Mooncake's put returns 0 for it). A put refused for want of memory
   (-200) is retried a few times a few milliseconds apart, then fails.
+  Manifests (the library's objects under meta/) are soft-pinned: Mooncake
+  evicts them only when nothing else is left to evict, since every page of
+  their layout needs them.
 - get (small objects: claims, commits, manifests): batch_get_into;
   exists: batch_is_exist; sizes: batch_get_replica_desc.
 - read: one get_into_ranges call for every range of a batch, grouped
@@ -90,6 +95,8 @@ ERRORS = {
     -900: "RPC_FAIL",
 }
 NOT_FOUND = -704
+NOT_READY = -703
+LEASE_EXPIRED = -707
 NO_SPACE = -200
 
 # A put refused for want of memory (-200) is tried again this many times,
@@ -97,6 +104,10 @@ NO_SPACE = -200
 # 10 ms of a failed allocation.
 PUT_RETRIES = 5
 PUT_BACKOFF = 0.002
+# A get of an object that another client is putting (-703) is tried again
+# this many times, after GET_BACKOFF seconds, then doubling (0.5 s in all).
+GET_RETRIES = 8
+GET_BACKOFF = 0.002
 
 
 def code_name(rc):
@@ -361,6 +372,7 @@ class MooncakeEngine:
                                 "mooncake.store.MooncakeDistributedStore (0.3.10 or later)" % (client, m))
         self.np = _np()
         self.client = client
+        self._plain, self._pinned = _configs()
         self.name = name
         self.owned = owned
         self.read_timeout_ms = read_timeout_ms
@@ -368,7 +380,7 @@ class MooncakeEngine:
         self._mu = threading.Lock()
         self._inflight = 0
         self._closed = False          # the library closed the engine
-        self._client_closed = False
+        self._released = False
         self._opened = False
         self.counts = {"put": 0, "get": 0, "exists": 0, "sizes": 0, "read": 0, "ranges": 0, "whole": 0,
                        "remove": 0, "put_retries": 0}
@@ -437,9 +449,9 @@ class MooncakeEngine:
 
     def _close_client(self):
         with self._mu:
-            if self._client_closed:
+            if self._released:
                 return
-            self._client_closed = True
+            self._released = True
         if self.owned:
             try:
                 self.client.close()
@@ -502,18 +514,35 @@ class MooncakeEngine:
         lens = self._arr(frag_lens, nf, np.int64).tolist()
         res = self._arr(results, n, np.int32)
         counts = np.diff(fo)
-        single = bool((counts == 1).all())
-        if single:
-            def put(idx):
-                return self.client.batch_put_from([ks[i] for i in idx], [ptrs[i] for i in idx],
-                                                  [lens[i] for i in idx])
-        else:
-            fol = fo.tolist()
+        fol = fo.tolist()
+        # An object of one fragment is put from where it is; the fragments
+        # of the others are gathered into one buffer first: Mooncake's TCP
+        # transport fails (TRANSFER_FAIL, and then every transfer to that
+        # holder for a while) when a batch carries thousands of small
+        # buffers, as batch_put_from_multi_buffers of a part's runs does.
+        src, size = [0] * n, [0] * n
+        multi = [i for i in range(n) if counts[i] > 1]
+        gathered = None
+        if multi:
+            total = sum(sum(lens[fol[i]:fol[i + 1]]) for i in multi)
+            gathered = np.empty(max(total, 1), np.uint8)
+            at = gathered.ctypes.data
+            move = ctypes.memmove
+            for i in multi:
+                src[i] = at
+                for f in range(fol[i], fol[i + 1]):
+                    move(at, ptrs[f], lens[f])
+                    at += lens[f]
+                size[i] = at - src[i]
+        for i in range(n):
+            if counts[i] == 1:
+                src[i], size[i] = ptrs[fol[i]], lens[fol[i]]
 
-            def put(idx):
-                return self.client.batch_put_from_multi_buffers(
-                    [ks[i] for i in idx], [ptrs[fol[i]:fol[i + 1]] for i in idx],
-                    [lens[fol[i]:fol[i + 1]] for i in idx])
+        def put(idx, config):
+            if not idx:
+                return []
+            return self.client.batch_put_from([ks[i] for i in idx], [src[i] for i in idx], [size[i] for i in idx],
+                                              config)
         todo = [i for i in range(n) if counts[i] > 0]
         for i in range(n):
             if counts[i] == 0:
@@ -521,7 +550,12 @@ class MooncakeEngine:
         first = None
         delay = PUT_BACKOFF
         for attempt in range(PUT_RETRIES + 1):
-            rs = put(todo)
+            # manifests (meta/...) are few, small and needed by every page
+            # of their layout: soft-pinned, evicted only when nothing else is
+            meta = [i for i in todo if ks[i].startswith(b"meta/")]
+            rest = [i for i in todo if not ks[i].startswith(b"meta/")] if meta else todo
+            rs = list(put(meta, self._pinned)) + list(put(rest, self._plain))
+            todo = meta + rest
             if len(rs) != len(todo):
                 raise RuntimeError("batch put answered %d of %d objects" % (len(rs), len(todo)))
             again = []
@@ -551,10 +585,28 @@ class MooncakeEngine:
         bl = self._arr(bufs, n, np.uint64).tolist()
         cl = self._arr(caps, n, np.int64).tolist()
         out = self._arr(sizes, n, np.int64)
-        rs = self.client.batch_get_into(ks, bl, cl)
+        rs = list(self.client.batch_get_into(ks, bl, cl))
         if len(rs) != n:
             raise RuntimeError("batch_get_into answered %d of %d objects" % (len(rs), n))
+        # An object another client is putting is not ready (-703) for the
+        # put's length, and one whose lease ran out while it was read
+        # (-707, eviction) may have moved: ask again a few times; an object
+        # still not ready is missing (a writer that died mid-put leaves it
+        # so for half a minute).
+        delay = GET_BACKOFF
+        for _ in range(GET_RETRIES):
+            busy = [i for i, r in enumerate(rs) if r in (NOT_READY, LEASE_EXPIRED)]
+            if not busy:
+                break
+            time.sleep(delay)
+            delay *= 2
+            again = self.client.batch_get_into([ks[i] for i in busy], [bl[i] for i in busy], [cl[i] for i in busy])
+            for i, r in zip(busy, again):
+                rs[i] = r
         for i, r in enumerate(rs):
+            if r == NOT_READY:
+                out[i] = _lib.ENGINE_MISSING
+                continue
             if r >= 0:
                 out[i] = r
             elif r == NOT_FOUND:
@@ -612,7 +664,7 @@ class MooncakeEngine:
                         break
             if size is None:
                 size = self.client.get_size(k)
-            if size < 0 and size not in (NOT_FOUND, -703):
+            if size < 0 and size not in (NOT_FOUND, NOT_READY):
                 _write_err(err, errlen, "%s: size of %s: %s" % (self.name, _show(k), code_name(size)))
                 return -1
             out[i] = size if size >= 0 else _lib.ENGINE_MISSING
@@ -709,6 +761,18 @@ class MooncakeEngine:
             _write_err(err, errlen, "%s: unregister_buffer at %#x: %s" % (self.name, base or 0, code_name(rc)))
             return -1
         return 0
+
+
+def _configs():
+    """Mooncake's ReplicateConfig of a plain put and of a soft-pinned one."""
+    from mooncake.store import ReplicateConfig
+    plain, pinned = ReplicateConfig(), ReplicateConfig()
+    try:
+        from mooncake.store import SoftPinAction
+        pinned.soft_pin_action = SoftPinAction.ENABLE
+    except (ImportError, AttributeError):
+        pinned.with_soft_pin = True  # before SoftPinAction
+    return plain, pinned
 
 
 def _show(k):
