@@ -132,11 +132,11 @@ func newCall(keys []string) *cCall {
 	return c
 }
 
-func (c *cCall) keysPtr() *C.char    { return (*C.char)(unsafe.Pointer(&c.keys[0])) }
-func (c *cCall) offPtr() *C.int64_t  { return (*C.int64_t)(unsafe.Pointer(&c.off[0])) }
-func (c *cCall) errPtr() *C.char     { return &c.err[0] }
-func (c *cCall) errLen() C.size_t    { return cErrLen }
-func (c *cCall) message() string     { return C.GoString(&c.err[0]) }
+func (c *cCall) keysPtr() *C.char   { return (*C.char)(unsafe.Pointer(&c.keys[0])) }
+func (c *cCall) offPtr() *C.int64_t { return (*C.int64_t)(unsafe.Pointer(&c.off[0])) }
+func (c *cCall) errPtr() *C.char    { return &c.err[0] }
+func (c *cCall) errLen() C.size_t   { return cErrLen }
+func (c *cCall) message() string    { return C.GoString(&c.err[0]) }
 func (c *cCall) failed(rc C.int, call string) error {
 	msg := c.message()
 	if msg == "" {
