@@ -323,3 +323,112 @@ def test_demo_on_file(tmp_path):
                        capture_output=True, text=True, timeout=300, env=env)
     assert (p.returncode, p.stderr.strip()) == (2, "kvreshard demo: kvreshard: mooncake URL 'mooncake://nohost': "
                                                    "want mooncake://HOST:PORT, the master's host and port")
+
+
+class _Recorder:
+    """A stand-in of MooncakeDistributedStore that records the engine's
+    calls and answers from `answers` (key -> result of each range)."""
+
+    def __init__(self, answers=None):
+        self.calls = []
+        self.answers = answers or {}
+
+    def get_into_ranges(self, buffers, keys, dsts, srcs, sizes):
+        self.calls.append(("get_into_ranges", buffers, keys, dsts, srcs, sizes))
+        return [[[self.answers.get(k, z) for z in zs] for k, zs in zip(ks, zss)] for ks, zss in zip(keys, sizes)]
+
+    def batch_get_into(self, keys, ptrs, sizes):
+        self.calls.append(("batch_get_into", keys, ptrs, sizes))
+        return [self.answers.get(k, z) for k, z in zip(keys, sizes)]
+
+    def __getattr__(self, name):
+        return lambda *a, **k: 0
+
+
+def read_cb(eng, keys, ranges):
+    """Call the engine's read callback as the library does: ranges of
+    (key index, offset, dst offset, length, buffer, whole) over buffers
+    given as {name: base address}. Returns (rc, results, message)."""
+    n = len(ranges)
+    kb = ctypes.create_string_buffer(b"".join(keys))
+    off = (ctypes.c_int64 * (len(keys) + 1))(*[sum(len(k) for k in keys[:i]) for i in range(len(keys) + 1)])
+    arr = lambda t, xs: (t * n)(*xs)
+    key = arr(ctypes.c_int64, [r[0] for r in ranges])
+    offs = arr(ctypes.c_int64, [r[1] for r in ranges])
+    dst = arr(ctypes.c_void_p, [r[4] + r[2] for r in ranges])
+    lens = arr(ctypes.c_int64, [r[3] for r in ranges])
+    base = arr(ctypes.c_void_p, [r[4] for r in ranges])
+    whole = arr(ctypes.c_uint8, [r[5] for r in ranges])
+    res = (ctypes.c_int64 * n)()
+    err = ctypes.create_string_buffer(300)
+    A = ctypes.addressof
+    rc = eng._cbs[4](None, len(keys), A(kb), A(off), n, A(key), A(offs), A(dst), A(lens), A(base), A(whole), A(res),
+                     A(err), 300)
+    return rc, list(res), err.value.decode()
+
+
+def test_read_groups_ranges():
+    """One get_into_ranges a call, nested [buffer][object][fragment] by the
+    bases the library gives, whatever the order of the ranges; whole
+    objects by batch_get_into; OBJECT_NOT_FOUND is a missing object, and
+    Mooncake's -1 is not."""
+    c = _Recorder()
+    eng = mc.MooncakeEngine(c, "mooncake://rec:1")
+    b1, b2 = 0x10000, 0x90000
+    ranges = [(1, 0, 0, 8, b2, 0), (0, 16, 8, 4, b1, 0), (1, 40, 64, 8, b1, 0), (0, 0, 100, 32, b1, 1),
+              (0, 4, 0, 4, b1, 0)]
+    rc, res, msg = read_cb(eng, [b"ka", b"kb"], ranges)
+    assert (rc, res, msg) == (0, [8, 4, 8, 32, 4], "")
+    assert c.calls == [
+        ("batch_get_into", [b"ka"], [b1 + 100], [32]),
+        ("get_into_ranges", [b1, b2], [[b"ka", b"kb"], [b"kb"]], [[[8, 0], [64]], [[0]]], [[[16, 4], [40]], [[0]]],
+         [[[4, 4], [8]], [[8]]]),
+    ]
+    # already in order: as they come
+    c.calls.clear()
+    rc, res, msg = read_cb(eng, [b"ka", b"kb"], [(0, 0, 0, 4, b1, 0), (0, 8, 4, 4, b1, 0), (1, 0, 8, 4, b1, 0)])
+    assert (rc, res) == (0, [4, 4, 4])
+    assert c.calls == [("get_into_ranges", [b1], [[b"ka", b"kb"]], [[[0, 4], [8]]], [[[0, 8], [0]]], [[[4, 4], [4]]])]
+    c.answers = {b"kb": -704}
+    rc, res, msg = read_cb(eng, [b"ka", b"kb"], [(0, 0, 0, 4, b1, 0), (1, 0, 8, 4, b1, 0)])
+    assert (rc, res, msg) == (0, [4, -1], "")
+    c.answers = {b"ka": -1, b"kb": -800}
+    rc, res, msg = read_cb(eng, [b"ka", b"kb"], [(0, 0, 0, 4, b1, 1), (1, 0, 8, 4, b1, 0)])
+    assert (rc, res) == (0, [-2, -800])
+    assert msg == "mooncake://rec:1: read 'ka' [0,+4): batch_get_into -1 (INTERNAL_ERROR)"
+
+
+def test_put_gathers_fragments():
+    """An object of one fragment is put from where it is; the fragments of
+    others are gathered into one buffer; manifests are soft-pinned; a put
+    refused for want of memory is tried again, then fails with its code."""
+    puts = []
+
+    class C(_Recorder):
+        def batch_put_from(self, keys, ptrs, sizes, config=None):
+            puts.append((keys, [ctypes.string_at(p, n) for p, n in zip(ptrs, sizes)], ptrs, config))
+            return [self.answers.get(k, 0) for k in keys]
+    c = C()
+    eng = mc.MooncakeEngine(c, "mooncake://rec:1")
+    a, b, m = ctypes.create_string_buffer(b"AAAA"), ctypes.create_string_buffer(b"BBBBBB"), ctypes.create_string_buffer(b"MM")
+    keys = [b"x/p/d/0", b"meta/kv/m", b"x/done"]
+    kb = ctypes.create_string_buffer(b"".join(keys))
+    off = (ctypes.c_int64 * 4)(0, 7, 16, 22)
+    A = ctypes.addressof
+    frags = (ctypes.c_void_p * 4)(A(a), A(b) + 2, A(m), A(b))
+    flens = (ctypes.c_int64 * 4)(4, 4, 2, 1)
+    foff = (ctypes.c_int64 * 4)(0, 2, 3, 4)
+    res = (ctypes.c_int32 * 3)()
+    err = ctypes.create_string_buffer(300)
+
+    def put():
+        puts.clear()
+        return eng._cbs[0](None, 3, A(kb), A(off), A(frags), A(flens), A(foff), A(res), A(err), 300)
+    assert put() == 0 and list(res) == [0, 0, 0] and err.value == b""
+    assert [(p[0], p[1]) for p in puts] == [([b"meta/kv/m"], [b"MM"]), ([b"x/p/d/0", b"x/done"], [b"AAAABBBB", b"B"])]
+    assert puts[1][2][1] == A(b)  # one fragment: from where it is
+    assert puts[0][3] is eng._pinned and puts[1][3] is eng._plain
+    c.answers = {b"x/done": -200}
+    assert put() == 0
+    assert list(res) == [0, 0, -200] and len(puts) == 1 + 1 + mc.PUT_RETRIES
+    assert err.value.decode().startswith("mooncake://rec:1: put 'x/done': -200 (NO_AVAILABLE_HANDLE) (no memory left")
