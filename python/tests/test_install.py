@@ -36,7 +36,8 @@ def test_pip_install_offline(tmp_path):
                        env=env_without_lib(KVRESHARD_ROOT=ROOT), timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(x for x in os.listdir(target / "kvreshard") if x != "__pycache__") == [
-        "__init__.py", "_lib.py", "bench.py", "libkvreshard.so", "sglang.py"]
+        "__init__.py", "__main__.py", "_lib.py", "bench.py", "demo.py", "libkvreshard.so", "mooncake.py",
+        "mooncake_local.py", "sglang.py"]
     code = ("import kvreshard as kv\n"
             "print(kv.library_path())\n"
             "print(kv.Model(layers=2, kv_heads=1, head_dim=4, dtype='fp16', page=2).domain())\n")
