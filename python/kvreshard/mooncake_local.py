@@ -267,6 +267,7 @@ class Master(_Proc):
         if lease_ms is not None:
             self.flags.append("--default_kv_lease_ttl=%dms" % lease_ms)
         self.flags += list(extra)
+        self._own_dir = logdir is None  # removed with its logs at close
         self.dir = logdir or tempfile.mkdtemp(prefix="kvreshard-mooncake-")
         self.log = os.path.join(self.dir, "master-%d.log" % self.port)
         self.timeout = timeout
@@ -275,6 +276,12 @@ class Master(_Proc):
     @property
     def addr(self):
         return "127.0.0.1:%d" % self.port
+
+    def close(self):
+        super().close()
+        if getattr(self, "_own_dir", False):
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self._own_dir = False
 
     @property
     def url(self):
@@ -332,6 +339,7 @@ class Holder(_Proc):
         self.master = master
         self.segment = segment
         self.dir = logdir or getattr(master, "dir", None) or tempfile.mkdtemp(prefix="kvreshard-mooncake-")
+        os.makedirs(self.dir, exist_ok=True)
         self.log = os.path.join(self.dir, "holder-%d.log" % time.monotonic_ns())
         before = master.capacity()
         self._spawn([sys.executable, "-m", "kvreshard.mooncake_local", "holder", "--master", master.addr,
