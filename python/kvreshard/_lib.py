@@ -152,12 +152,43 @@ _s = ctypes.c_char_p
 _n = ctypes.c_size_t
 _int = ctypes.c_int
 
+# An object engine (kvr_engine): the callbacks' types, every pointer a
+# c_void_p (an int, or None for NULL, in Python). See kvreshard.h.
+ENGINE_MISSING = -1  # KVR_ENGINE_MISSING
+ENGINE_PUT = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _p, _p, _p, _p, _p, _n)
+ENGINE_GET = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _p, _p, _p, _p, _n)
+ENGINE_EXISTS = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _p, _p, _n)
+ENGINE_SIZES = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _p, _p, _n)
+ENGINE_READ = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _n)
+ENGINE_REMOVE = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _p, _n)
+ENGINE_MEMORY = ctypes.CFUNCTYPE(_int, _p, _p, _u64, _p, _n)
+ENGINE_CLOSE = ctypes.CFUNCTYPE(None, _p)
+
+
+class CEngine(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("ctx", _p),
+        ("put", ENGINE_PUT),
+        ("get", ENGINE_GET),
+        ("exists", ENGINE_EXISTS),
+        ("sizes", ENGINE_SIZES),
+        ("read", ENGINE_READ),
+        ("remove", ENGINE_REMOVE),
+        ("register_memory", ENGINE_MEMORY),
+        ("unregister_memory", ENGINE_MEMORY),
+        ("close", ENGINE_CLOSE),
+        ("read_timeout_ms", _i64),
+        ("lease_ms", _i64),
+    ]
+
 _SIGNATURES = {
     "kvr_version": ([], _int),
     "kvr_set_max_procs": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)], _int),
     "kvr_model_domain": ([ctypes.POINTER(CModel), _p, _n, _p, _n], _int),
     "kvr_store_open": ([_s, ctypes.POINTER(_u64), _p, _n], _int),
     "kvr_store_close": ([_u64, _p, _n], _int),
+    "kvr_store_open_engine": ([ctypes.POINTER(CEngine), _s, ctypes.POINTER(_u64), _p, _n], _int),
     "kvr_writer_open": ([_u64, ctypes.POINTER(CModel), ctypes.POINTER(CPlacement),
                          ctypes.POINTER(CPool), _s, ctypes.POINTER(_u64), _p, _n], _int),
     "kvr_writer_publish": ([_u64, _p, _n], _int),
