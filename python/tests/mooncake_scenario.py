@@ -370,7 +370,37 @@ def check_pages(comps, layout, slots, sp, ks, layers, heads):
     return None
 
 
-SCENARIOS = {"reshard": reshard, "race": race, "evict": evict, "fault": fault, "demo": demo, "wrap": wrap}
+def sglang(o):
+    """SGLang ranks (sglang_rank.py: SGLang's own backend factory and
+    storage config) whose extra_config names the store as SGLang's Mooncake
+    backend does (master_server_address, protocol, global_segment_size
+    0: the holder keeps the memory): TP 2 writers in page_first, exited,
+    then TP 1 x PP 2 readers in page_head, every element checked."""
+    import sglang_env
+    keys_ = ["s1", "s2", "s3", "s4"]
+
+    def run(role, api, topo, layout, ks, slots, extra):
+        tp, pp, split = topo
+        procs = []
+        for p, t in itertools.product(range(pp), range(tp)):
+            a = dict(role=role, api=api, url=None, tp=tp, pp=pp, rank=[t, p], split=split, layout=layout,
+                     keys=ks, slots=slots, extra=extra)
+            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "sglang_rank.py"), json.dumps(a)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          env=ml.client_env(sglang_env.subprocess_env()),
+                                          preexec_fn=ml.die_with_parent))
+        return finish(procs)
+
+    with ml.Master() as m, ml.Holder(m, 64 * MiB):
+        extra = {"master_server_address": m.addr, "protocol": "tcp", "metadata_server": "P2PHANDSHAKE",
+                 "global_segment_size": 0, "local_hostname": "127.0.0.1"}
+        w = run("write", "v1", (2, 1, [7]), "page_first", keys_, [3, 2, 1, 0], extra)
+        r = run("read", "v2", (1, 2, [3, 4]), "page_head", keys_ + ["s5"], [0, 1, 5, 4, 2], extra)
+    return {"writers": w, "readers": r}
+
+
+SCENARIOS = {"reshard": reshard, "race": race, "evict": evict, "fault": fault, "demo": demo, "wrap": wrap,
+             "sglang": sglang}
 
 
 def main():

@@ -293,6 +293,20 @@ def test_from_mooncake_and_close():
     assert d["client_after"] == [0]
 
 
+def test_sglang_on_mooncake():
+    """SGLang ranks configured with the keys of SGLang's own Mooncake
+    backend (no "url") write and read through a real master: TP 2 writers,
+    exited, then TP 1 x PP 2 readers of another host layout, every element
+    checked, an absent page a miss."""
+    import sglang_env
+    sglang_env.require_sglang()
+    need_mooncake()
+    d = scenario("sglang")
+    assert [x["stored"] for x in d["writers"]] == [[True] * 4] * 2
+    assert [(x["exists"], x["read"], x["checked"], x["errors"]) for x in d["readers"]] == \
+        [(4, [True] * 4 + [False], 4, 0)] * 2
+
+
 def test_demo_on_mooncake():
     """python -m kvreshard demo --store mooncake://...: TP1/PP3 writer
     processes, TP2/PP2 reader processes, every byte verified."""
