@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/runtime/bench"
+	"github.com/kvreshard/kvreshard/cmd/kvreshard/internal/bench"
 )
 
 // TestBenchQuickJSON runs bench --quick --json (about ten seconds): one
