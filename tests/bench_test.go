@@ -22,7 +22,8 @@ import (
 // Redis figures are measured too; without it they are skipped with the
 // reason, unless KVRESHARD_REQUIRE_REDIS=1 makes that a failure. So are
 // the Python figures without the .venv of make venv, unless
-// KVRESHARD_REQUIRE_PYTHON=1.
+// KVRESHARD_REQUIRE_PYTHON=1, and the Mooncake figures without Mooncake's
+// wheel in it or unshare, unless KVRESHARD_REQUIRE_MOONCAKE=1.
 func TestBenchQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the quick benchmark suite (about ten seconds); not in -short mode")
@@ -58,6 +59,10 @@ func TestBenchQuick(t *testing.T) {
 			require.False(t, numpyErr == nil || os.Getenv("KVRESHARD_REQUIRE_PYTHON") == "1", "%s skipped although Python and numpy are required or installed: %s", f.Name, f.Skipped)
 			continue
 		}
+		if f.Skipped != "" && strings.HasPrefix(f.Name, "mooncake_") {
+			require.NotEqual(t, "1", os.Getenv("KVRESHARD_REQUIRE_MOONCAKE"), "%s skipped although Mooncake is required: %s", f.Name, f.Skipped)
+			continue
+		}
 		if f.Skipped != "" {
 			require.True(t, strings.HasPrefix(f.Name, "redis_") || strings.HasSuffix(f.Name, "_redis"), "%s skipped: %s", f.Name, f.Skipped)
 			require.False(t, lookErr == nil || os.Getenv(redistest.RequireEnv) == "1", "%s skipped although Redis is required or installed: %s", f.Name, f.Skipped)
@@ -70,5 +75,6 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, []string{"copy_vs_memmove", "copy_vs_memmove_runs", "generated_vs_interpreter", "plan_build_us_70b",
 		"plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b", "reshard_vs_identity_mem", "gapped_vs_contiguous_mem", "reshard_gbps_file",
 		"redis_vs_get", "redis_getrange_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
-		"auto_regret_file", "auto_regret_redis", "checksum_cost", "checksum_cost_range", "checksum_cost_range_redis", "python_vs_go_read", "python_call_us"}, names)
+		"auto_regret_file", "auto_regret_redis", "checksum_cost", "checksum_cost_range", "checksum_cost_range_redis",
+		"mooncake_vs_get_into", "mooncake_query_cost", "python_vs_go_read", "python_call_us"}, names)
 }

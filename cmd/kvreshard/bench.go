@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kvreshard/kvreshard/runtime/bench"
+	"github.com/kvreshard/kvreshard/cmd/kvreshard/internal/bench"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 )
 

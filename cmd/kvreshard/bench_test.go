@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvreshard/kvreshard/runtime/bench"
+	"github.com/kvreshard/kvreshard/cmd/kvreshard/internal/bench"
 )
 
 // TestBenchQuickJSON runs bench --quick --json (about ten seconds): one
@@ -21,7 +21,7 @@ func TestBenchQuickJSON(t *testing.T) {
 	}
 	code, stdout, stderr := runArgs("bench", "--quick", "--json")
 	require.Equal(t, 0, code, stderr)
-	require.Equal(t, "bench: 0/7 kernels\nbench: 1/7 plans\nbench: 2/7 pages\nbench: 3/7 memory store\nbench: 4/7 file store\nbench: 5/7 redis store\nbench: 6/7 python\nbench: 7/7 done\n", stderr)
+	require.Equal(t, "bench: 0/8 kernels\nbench: 1/8 plans\nbench: 2/8 pages\nbench: 3/8 memory store\nbench: 4/8 file store\nbench: 5/8 redis store\nbench: 6/8 python\nbench: 7/8 mooncake\nbench: 8/8 done\n", stderr)
 	require.Equal(t, 1, strings.Count(stdout, "\n"))
 	var out struct {
 		Machine bench.Machine    `json:"machine"`
@@ -43,7 +43,8 @@ func TestBenchQuickJSON(t *testing.T) {
 	require.Equal(t, bench.Names, names)
 	require.Equal(t, []string{"copy_vs_memmove", "copy_vs_memmove_runs", "generated_vs_interpreter", "plan_build_us_70b", "plan_build_auto_us_70b",
 		"ops_direct_70b", "ops_auto_redis_70b", "reshard_vs_identity_mem", "gapped_vs_contiguous_mem", "reshard_gbps_file", "redis_vs_get", "redis_getrange_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
-		"auto_regret_file", "auto_regret_redis", "checksum_cost", "checksum_cost_range", "checksum_cost_range_redis", "python_vs_go_read", "python_call_us"}, names)
+		"auto_regret_file", "auto_regret_redis", "checksum_cost", "checksum_cost_range", "checksum_cost_range_redis",
+		"mooncake_vs_get_into", "mooncake_query_cost", "python_vs_go_read", "python_call_us"}, names)
 }
 
 func keysOfMap(m map[string]any) []string {

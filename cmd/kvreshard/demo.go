@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kvreshard/kvreshard/internal/content"
 	_ "github.com/kvreshard/kvreshard/layouts"
-	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"

@@ -19,7 +19,7 @@ import (
 
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/dsl"
-	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/internal/content"
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/internal/content"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/reshard"

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvreshard/kvreshard/internal/content"
 	"github.com/kvreshard/kvreshard/internal/spec"
-	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/reshard"
 )
 

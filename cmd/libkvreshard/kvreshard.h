@@ -310,7 +310,10 @@ int kvr_store_close(kvr_store *store, char *err, size_t errlen);
  * name their manifest, and a commit put once every part exists), so that a
  * page is visible only when complete and parts of two layouts never mix;
  * objects that vanish (eviction, a client that exited with its memory) make
- * their page a miss, never a partial one.
+ * their page a miss, never a partial one. The manifests are objects too,
+ * under keys that start with "meta/": few and small, and needed by every
+ * page of their layout, so an engine that can keep objects from eviction
+ * should keep those (Mooncake's engine puts them soft-pinned).
  *
  * Every callback gets ctx first. Keys come as one buffer and n + 1 offsets,
  * as elsewhere in this API. A callback returns 0, or a negative value when

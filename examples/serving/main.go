@@ -16,7 +16,7 @@
 //	go run ./examples/serving -role prefill -store file:///tmp/kv
 //	go run ./examples/serving -role decode -store file:///tmp/kv
 //
-// The pages' contents come from runtime/content, which stands in for the
+// The pages' contents come from internal/content, which stands in for the
 // attention layers and lets decode verify what it read.
 package main
 
@@ -31,8 +31,8 @@ import (
 	"os"
 	"sync"
 
+	"github.com/kvreshard/kvreshard/internal/content"
 	_ "github.com/kvreshard/kvreshard/layouts"
-	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"

@@ -353,18 +353,49 @@ class _Handle:
 
 class Store(_Handle):
     """An open store: file:///abs/dir, redis://host:port (Redis or Redis
-    Cluster), mem:// or mem://name (in this process). A context manager;
-    close() it when done (writers and readers opened on it first)."""
+    Cluster), mem:// or mem://name (in this process), or
+    mooncake://HOST:PORT?... (Mooncake Store, whose master is at HOST:PORT:
+    a Mooncake client in this process; see kvreshard.mooncake for the
+    parameters). A context manager; close() it when done (writers and
+    readers opened on it first).
+
+    Store.from_mooncake(client) opens a store on a Mooncake client the
+    process already has."""
 
     kind = "store"
 
     def __init__(self, url: str) -> None:
+        self._h = 0
         self.url = url
         b = _str("store url", url)
+        self._engine: Any = None
+        if url[:11].lower() == "mooncake://":
+            from . import mooncake
+            self._h, self._engine = mooncake.open_url(url)
+            return
         h = _lib.HANDLE()
         err = _lib.errbuf()
         _lib.check(_lib.lib().kvr_store_open(b, ctypes.byref(h), err, _lib.ERRLEN), err)
         self._h = h.value
+
+    @classmethod
+    def from_mooncake(cls, client: Any, read_timeout_ms: Optional[int] = None, name: Optional[str] = None) -> "Store":
+        """A store on a mooncake.store.MooncakeDistributedStore that is set
+        up; the store does not close it. Close the client only after the
+        store (and its writers and readers): Mooncake's client crashes the
+        process when called after its close(). read_timeout_ms bounds a
+        read's wait for Mooncake (default 5000; see kvreshard.mooncake);
+        name names the store in messages (default mooncake://(client
+        <its hostname>))."""
+        from . import mooncake
+        self = cls.__new__(cls)
+        self._h = 0
+        self._engine = None
+        if read_timeout_ms is None:
+            read_timeout_ms = mooncake.DEFAULT_READ_TIMEOUT_MS
+        self._h, self._engine = mooncake.open_client(client, read_timeout_ms, name)
+        self.url = self._engine.name
+        return self
 
     def _handle(self) -> int:
         if not self._h:

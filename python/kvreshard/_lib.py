@@ -178,6 +178,37 @@ HANDLE = ctypes.c_void_p
 _h = HANDLE
 _ph = ctypes.POINTER(HANDLE)
 
+# An object engine (kvr_engine): the callbacks' types, every pointer a
+# c_void_p (an int, or None for NULL, in Python). See kvreshard.h.
+ENGINE_MISSING = -1  # KVR_ENGINE_MISSING
+ENGINE_PUT = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _p, _p, _p, _p, _p, _n)
+ENGINE_GET = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _p, _p, _p, _p, _n)
+ENGINE_EXISTS = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _p, _p, _n)
+ENGINE_SIZES = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _p, _p, _n)
+ENGINE_READ = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _n)
+ENGINE_REMOVE = ctypes.CFUNCTYPE(_int, _p, _i64, _p, _p, _p, _n)
+ENGINE_MEMORY = ctypes.CFUNCTYPE(_int, _p, _p, _u64, _p, _n)
+ENGINE_CLOSE = ctypes.CFUNCTYPE(None, _p)
+
+
+class CEngine(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("ctx", _p),
+        ("put", ENGINE_PUT),
+        ("get", ENGINE_GET),
+        ("exists", ENGINE_EXISTS),
+        ("sizes", ENGINE_SIZES),
+        ("read", ENGINE_READ),
+        ("remove", ENGINE_REMOVE),
+        ("register_memory", ENGINE_MEMORY),
+        ("unregister_memory", ENGINE_MEMORY),
+        ("close", ENGINE_CLOSE),
+        ("read_timeout_ms", _i64),
+        ("lease_ms", _i64),
+    ]
+
+
 # The functions of kvreshard.h: name -> (the minor version that added it,
 # argument types, result type). kvr_version is looked up first, to learn
 # the library's version; a function of a minor above the library's is not
@@ -189,6 +220,7 @@ _FUNCTIONS: Dict[str, Tuple[int, List[Any], Any]] = {
     "kvr_model_domain": (0, [ctypes.POINTER(CModel), _p, _n, _p, _n], _int),
     "kvr_store_open": (0, [_s, _ph, _p, _n], _int),
     "kvr_store_close": (0, [_h, _p, _n], _int),
+    "kvr_store_open_engine": (0, [ctypes.POINTER(CEngine), _s, _ph, _p, _n], _int),
     "kvr_writer_open": (0, [_h, ctypes.POINTER(CModel), ctypes.POINTER(CPlacement),
                             ctypes.POINTER(CPool), _s, _ph, _p, _n], _int),
     "kvr_writer_publish": (0, [_h, _p, _n], _int),

@@ -44,6 +44,15 @@ stdout, flushed:
 
 At end of input it closes everything and exits 0. A bad command or a
 failure answers ``{"error": "..."}`` and exits 1.
+
+``--mooncake`` instead measures the Mooncake figures of `kvreshard bench`
+(mooncake_vs_get_into, mooncake_query_cost) and prints one JSON object. It
+must run in a network namespace with only loopback (Mooncake's clients
+listen on every address; the Go side starts it with unshare -rn), and
+starts its own mooncake_master and a memory holder process
+(kvreshard.mooncake_local); this process is the reader, a client with no
+memory of its own, so every byte crosses TCP (MC_STORE_MEMCPY=false). See
+mooncake_main.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ import ctypes
 import hashlib
 import json
 import mmap
+import os
 import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
@@ -316,6 +326,246 @@ def serve(inp: Iterable[str], out: TextIO) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------
+# The Mooncake figures
+
+def part_spans(part_layout, pages_keys, part_bytes):
+    """The source spans of the resharding reader (TP 4 x PP 2 rank 0/0:
+    layers 0-39 of heads 0 and 1, parts 0 and 1 of TP 8) in each part, as
+    (part index, offset, length) lists: PLHD parts (token, layer, dim) give
+    each token's 40 layers, 10 KiB 20 KiB apart, for K and V; LPHD parts
+    (layer, token, dim) give layers 0-39 of K and of V, 640 KiB each."""
+    comp = part_bytes // 2
+    if part_layout == "LPHD":
+        half = LAYERS // 2 * PAGE * DIM * 2
+        return [(p, c * comp, half) for p in (0, 1) for c in (0, 1)]
+    span = LAYERS // 2 * DIM * 2
+    return [(p, c * comp + t * 2 * span, span) for p in (0, 1) for c in (0, 1) for t in range(PAGE)]
+
+
+def mooncake_main(a):
+    """Measure, in turns, on a master and holder of our own: a resharded
+    read of a.pages pages (TP 8 parts of each of PLHD and LPHD, read by TP
+    4 x PP 2 rank 0/0 into page_first) against batch_get_into of as many
+    objects of the same bytes (2.5 MiB, a page's share of the reader);
+    get_into_ranges of the reader's spans without kvreshard; batch_get_into
+    of the whole parts that hold them; and Reader.exists of 128 pages
+    against one batch_is_exist of their 128 commit keys. Prints one JSON
+    object of the times of every turn."""
+    import numpy as np
+    from . import mooncake_local as ml
+    ml.require_loopback_only("python3 -m kvreshard.bench --mooncake")
+    for k, v in ml.client_env().items():
+        os.environ[k] = v
+    n, turns = a.pages, a.turns
+    page_bytes = PAGE * LAYERS * HEADS * DIM * 2 * 2
+    part_bytes = page_bytes // 8
+    share = page_bytes // 8  # the reader's bytes of a page: half the layers of 2 of the 8 heads
+    qpages = 128
+    segment = (2 * n * page_bytes + 2 * n * share + qpages * (1 << 20)) * 5 // 4 + (64 << 20)
+    out = {"pages": n, "turns": turns, "page_bytes": page_bytes, "share": share, "segment": segment}
+    with ml.Master() as master, ml.Holder(master, segment):
+        st = kv.Store(master.url)
+        client = st._engine.client
+        m = model("bench-70b-mooncake")
+        ks = {"PLHD": keys(n), "LPHD": ["l" + k for k in keys(n)]}
+        t0 = time.perf_counter()
+        for pl in ("PLHD", "LPHD"):
+            write_parts(st, m, ks[pl], pl)
+        out["write_seconds"] = time.perf_counter() - t0
+        parts = _part_keys(master, m.domain())
+        pool, mem = reshard_pool(n)
+        slots = list(range(n - 1, -1, -1))
+        rd = kv.Reader(st, m, kv.Placement(4, 2, rank=(0, 0), pp_layers=[40, 40]), pool)
+        layouts = {}
+        for pl in ("PLHD", "LPHD"):
+            res = rd.read(ks[pl], slots)
+            if res.hit != n:
+                raise RuntimeError("%s: read %d of %d pages: %s %s" % (pl, res.hit, n, res.stop.name, res.message))
+            _verify(pool, slots, n)
+            if res.bytes != n * share:
+                raise RuntimeError("%s: read %d bytes, not %d" % (pl, res.bytes, n * share))
+            layouts[pl] = {"bytes": res.bytes, "ops": res.ops}
+        # Mooncake alone: objects of the reader's bytes a page, and the
+        # reader's spans and whole parts, into registered memory
+        dst = np.zeros(2 * n * (part_bytes + (1 << 20)), np.uint8)
+        if client.register_buffer(dst.ctypes.data, dst.nbytes) != 0:
+            raise RuntimeError("register_buffer failed")
+        base = dst.ctypes.data
+        objs = ["bench-get-%d" % i for i in range(n)]
+        src = np.frombuffer(mem[0], np.uint8)[:share]
+        rs = client.batch_put_from(objs, [src.ctypes.data] * n, [share] * n)
+        if any(r != 0 for r in rs):
+            raise RuntimeError("batch_put_from of the baseline objects: %s" % rs)
+
+        def get_into():
+            rs = client.batch_get_into(objs, [base + i * share for i in range(n)], [share] * n)
+            if any(r != share for r in rs):
+                raise RuntimeError("batch_get_into: %s" % rs)
+
+        def resharded(pl):
+            def f():
+                res = rd.read(ks[pl], slots)
+                if res.hit != n:
+                    raise RuntimeError("%s: read %d of %d pages: %s" % (pl, res.hit, n, res.message))
+            return f
+
+        def ranges(pl):
+            spans = part_spans(pl, n, part_bytes)
+            bkeys, bdst, bsrc, bsz, at = [], [], [], [], 0
+            for k in ks[pl]:
+                for p in (0, 1):
+                    mine = [(o, ln) for q, o, ln in spans if q == p]
+                    bkeys.append(parts[(k, p)])
+                    bsrc.append([o for o, _ in mine])
+                    bsz.append([ln for _, ln in mine])
+                    bdst.append([])
+                    for _, ln in mine:
+                        bdst[-1].append(at)
+                        at += ln
+            args = ([base], [bkeys], [bdst], [bsrc], [bsz])
+            want = [bsz]
+
+            def f():
+                r = client.get_into_ranges(*args)
+                if r != want:
+                    raise RuntimeError("get_into_ranges: %s" % str(r)[:300])
+            return f, sum(len(x) for x in bsrc)
+
+        # a part holds its data, then its checksums
+        stored = client.get_size(parts[(ks["PLHD"][0], 0)])
+        out["part_stored_bytes"] = stored
+
+        def whole_parts(pl):
+            pk = [parts[(k, p)] for k in ks[pl] for p in (0, 1)]
+
+            def f():
+                rs = client.batch_get_into(pk, [base + i * stored for i in range(len(pk))], [stored] * len(pk))
+                if any(r != stored for r in rs):
+                    raise RuntimeError("batch_get_into of parts: %s" % rs)
+            return f
+
+        get_into(), resharded("LPHD")()  # warm
+        for pl in ("PLHD", "LPHD"):
+            rf, nr = ranges(pl)
+            rf()
+            wf = whole_parts(pl)
+            wf()
+            layouts[pl].update(ranges=nr, turns=_turns(turns, resharded(pl), get_into),
+                               raw_ranges=_turns(turns, rf, get_into), parts=_turns(turns, wf, get_into))
+        out["layouts"] = layouts
+        rd.close()
+        out["query"] = _query(st, client, qpages, max(20, turns * 5))
+        out["engine"] = dict(st._engine.counts)
+        client.unregister_buffer(base)
+        st.close()
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+def write_parts(st, m, ks, part_layout):
+    """Every TP 8 rank writes the pages of ks from slot 0 of a page_first
+    pool whose K and V bytes say which rank, layer, head and token they
+    are (see _verify)."""
+    for t in range(8):
+        k = _pattern(t, 0)
+        v = _pattern(t, 1)
+        with kv.Writer(st, m, kv.Placement(8, 1, rank=(t, 0)), kv.Pool("page_first", [k, v], 1), part_layout) as w:
+            for i in range(0, len(ks), 128):
+                sts = w.write(ks[i:i + 128], [0] * len(ks[i:i + 128]))
+                bad = [s for s in sts if s not in (kv.WriteStatus.WRITTEN, kv.WriteStatus.COMPLETE)]
+                if bad:
+                    raise RuntimeError("TP rank %d: write gave %s" % (t, bad[0].name))
+
+
+def _pattern(head, comp):
+    """One head's page_first pool of one slot, [token, layer, 1, dim] of
+    uint16: element (t, l, d) is a mix of head, component, token, layer and
+    dim that no other element has."""
+    import numpy as np
+    t, l, d = np.meshgrid(np.arange(PAGE), np.arange(LAYERS), np.arange(DIM), indexing="ij")
+    x = (t * 7919 + l * 104729 + d * 31 + head * 15485863 + comp * 32452843) % 65521
+    return np.ascontiguousarray(x.astype(np.uint16).reshape(PAGE, LAYERS, 1, DIM))
+
+
+def _verify(pool, slots, n):
+    """Every slot of the reader's pool holds layers 0-39 of heads 0 and 1."""
+    import numpy as np
+    for c, arr in enumerate(pool.regions):
+        want = np.concatenate([_pattern(h, c)[:, :LAYERS // 2] for h in (0, 1)], axis=2)
+        got = arr.reshape(n, PAGE, LAYERS // 2, 2, DIM)
+        for s in slots:
+            if not np.array_equal(got[s], want):
+                raise RuntimeError("slot %d of component %d does not hold the bytes written" % (s, c))
+
+
+def _part_keys(master, domain):
+    """{(page key, part): the Mooncake key of the part}, from the master's
+    list of keys (the part keys name a digest of their manifest)."""
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/get_all_keys" % master.metrics_port, timeout=30) as r:
+        names = r.read().decode().split()
+    out = {}
+    for name in names:
+        head, sep, rest = name.partition("/p/")
+        if sep and head.startswith("kvreshard_") and head.endswith("_" + domain):
+            out[(head[len("kvreshard_"):-len(domain) - 1], int(rest.rsplit("/", 1)[1]))] = name
+    return out
+
+
+def _turns(turns, f, g):
+    """turns turns of f and g, in the order f g g f, then g f f g: each
+    turn's [time of f, time of g], each the mean of its two runs."""
+    out = []
+    for i in range(turns):
+        tf = tg = 0.0
+        for j in range(4):
+            h = f if (i % 2 == 0) != (j in (1, 2)) else g
+            t = time.perf_counter()
+            h()
+            d = time.perf_counter() - t
+            if h is f:
+                tf += d
+            else:
+                tg += d
+        out.append([tf / 2, tg / 2])
+    return out
+
+
+def _query(st, client, n, rounds):
+    """Reader.exists of n pages written (a small model, TP 1) against one
+    batch_is_exist of their n commit keys, in turns of 10 calls each; and
+    the first Reader.exists (it reads the commits; later ones remember
+    them)."""
+    m = kv.Model(layers=2, kv_heads=8, head_dim=128, dtype="bf16", page=PAGE, name="bench-query")
+    ks = keys(n)
+    k = bytearray(PAGE * 2 * 8 * DIM * 2)
+    with kv.Writer(st, m, kv.Placement(1, 1), kv.Pool("page_first", [k, bytearray(k)], 1), "PLHD") as w:
+        sts = w.write(ks, [0] * n)
+        if any(s != kv.WriteStatus.WRITTEN for s in sts):
+            raise RuntimeError("query pages: %s" % sts[:3])
+    done = [("kvreshard_%s_%s/done" % (x, m.domain())).encode() for x in ks]
+    pool = kv.Pool("page_first", [bytearray(PAGE * 2 * 8 * DIM * 2), bytearray(PAGE * 2 * 8 * DIM * 2)], 1)
+    with kv.Reader(st, m, kv.Placement(1, 1), pool) as r:
+        t = time.perf_counter()
+        first = r.exists(ks)
+        cold = time.perf_counter() - t
+        if first != n:
+            raise RuntimeError("Reader.exists: %d of %d pages" % (first, n))
+
+        def exists():
+            for _ in range(10):
+                if r.exists(ks) != n:
+                    raise RuntimeError("Reader.exists lost pages")
+
+        def batch():
+            for _ in range(10):
+                rs = client.batch_is_exist(done)
+                if rs.count(1) != n:
+                    raise RuntimeError("batch_is_exist: %s" % rs[:5])
+        return {"pages": n, "cold": cold, "turns": [[a / 10, b / 10] for a, b in _turns(rounds, exists, batch)]}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m kvreshard.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", help="the store holding the pages (required unless --serve)")
@@ -325,9 +575,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--name", default="bench-70b", help="the model name (default bench-70b)")
     ap.add_argument("--write", action="store_true", help="write the pages first")
     ap.add_argument("--serve", action="store_true", help="read on command from stdin (see the module's doc)")
+    ap.add_argument("--mooncake", action="store_true", help="measure the Mooncake figures on a master of its own "
+                    "(in a loopback-only network namespace)")
+    ap.add_argument("--turns", type=int, default=15, help="with --mooncake: turns of each pair (default 15)")
     a = ap.parse_args(argv)
     if a.serve:
         return serve(sys.stdin, sys.stdout)
+    if a.mooncake:
+        if a.pages < 1 or a.turns < 1:
+            ap.error("--pages and --turns must be at least 1")
+        try:
+            return mooncake_main(a)
+        except Exception as e:
+            print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}), flush=True)
+            return 1
     if a.url is None:
         ap.error("--url is required")
     if a.pages < 1 or a.repeat < 1 or a.calls < 1:

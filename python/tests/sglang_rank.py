@@ -8,7 +8,7 @@ on a fake host pool of SGLang's shapes (sglang_pools). A writer fills its
 pages from the oracle first; a reader checks every element it read. Prints
 one JSON line. Start it with sglang_env.subprocess_env().
 
-    python sglang_rank.py '{"role": "write"|"read", "api": "v1"|"v2", "url": ..,
+    python sglang_rank.py '{"role": "write"|"read", "api": "v1"|"v2", "url": ..|null,
         "tp": .., "pp": .., "rank": [t, p], "split": [..], "layout": .., "mla": false,
         "drafts": 0, "keys": [..], "slots": [..], "extra": {..}}'
 
@@ -54,7 +54,9 @@ def main():
         heads = o.heads_of(KV_HEADS, tp, t)
     layers = (start, end + drafts)
     extra = {"backend_name": "kvreshard", "module_path": "kvreshard.sglang", "class_name": "KvreshardStorage",
-             "interface_v1": 1, "url": a["url"], "layers": sum(a["split"])}
+             "interface_v1": 1, "layers": sum(a["split"])}
+    if a["url"] is not None:  # else extra names the store (SGLang's Mooncake keys)
+        extra["url"] = a["url"]
     extra.update(a.get("extra", {}))
     cfg = hs.HiCacheStorageConfig(tp_rank=t, tp_size=tp, pp_rank=p, pp_size=pp, attn_cp_rank=0, attn_cp_size=1,
                                   is_mla_model=mla, enable_storage_metrics=True,

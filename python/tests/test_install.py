@@ -36,7 +36,8 @@ def test_pip_install_offline(tmp_path):
                        env=env_without_lib(KVRESHARD_ROOT=ROOT), timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(x for x in os.listdir(target / "kvreshard") if x != "__pycache__") == [
-        "__init__.py", "_lib.py", "bench.py", "libkvreshard.so", "py.typed", "sglang"]
+        "__init__.py", "__main__.py", "_lib.py", "bench.py", "demo.py", "libkvreshard.so", "mooncake.py",
+        "mooncake_local.py", "py.typed", "sglang"]
     assert (target / "kvreshard" / "py.typed").read_bytes() == b""
     assert sorted(x for x in os.listdir(target / "kvreshard" / "sglang") if x != "__pycache__") == [
         "__init__.py", "binding.py", "compat.py", "storage.py"]

@@ -15,6 +15,32 @@ from sglang_pools import FakeMHAHostPool, indices
 from sglang_instances import KEYS, KV_HEADS, LAYERS, check, close, config, instance, load_backend, spec, write
 
 
+def test_mooncake_keys(monkeypatch):
+    """SGLang's Mooncake keys in extra_config, without "url", name the same
+    Mooncake store and client as SGLang's own backend: each of the
+    instance's TP x PP ranks contributes its share of global_segment_size,
+    and a JSON device_name map gives the rank its device."""
+    for v in ("MOONCAKE_PROTOCOL", "MOONCAKE_LOCAL_HOSTNAME", "LOCAL_HOSTNAME"):
+        monkeypatch.delenv(v, raising=False)
+    opened = []
+
+    class Opened(Exception):
+        pass
+
+    def store(url):
+        opened.append(url)
+        raise Opened()
+
+    monkeypatch.setattr(kv, "Store", store)
+    cfg = config(2, 2, 1, 0, None, master_server_address="10.0.0.5:50051", protocol="tcp",
+                 global_segment_size="8gb", device_name='{"0": "mlx5_0", "1": "mlx5_1"}')
+    del cfg.extra_config["url"]
+    with pytest.raises(Opened):
+        load_backend(cfg)
+    assert opened == ["mooncake://10.0.0.5:50051?metadata=P2PHANDSHAKE&protocol=tcp&device=mlx5_1&"
+                      "segment=2147483648&buffer=16777216&local_hostname=localhost"]
+
+
 def test_refuses_to_start(tmp_path):
     url = "file://" + str(tmp_path)
 
@@ -31,7 +57,16 @@ def test_refuses_to_start(tmp_path):
                        "in place (batch_get_v1, batch_set_v1)")
     cfg = config(1, 1, 0, 0, url)
     del cfg.extra_config["url"]
-    refused(cfg, pool, 'extra_config needs "url", the store (redis://host:port, file:///dir)')
+    refused(cfg, pool, 'extra_config needs "url", the store (redis://host:port, file:///dir, mooncake://host:port), '
+                       'or "master_server_address" with the keys of SGLang\'s Mooncake backend')
+    cfg = config(1, 1, 0, 0, url, master_server_address="127.0.0.1:50051")
+    refused(cfg, pool, 'extra_config has both "url" and "master_server_address"; give one: the store URL, or the '
+                       "Mooncake master as SGLang's Mooncake backend takes it")
+    cfg = config(1, 1, 0, 0, url, master_server_address="nohostport", protocol="tcp", local_hostname="h")
+    del cfg.extra_config["url"]
+    refused(cfg, pool, "extra_config master_server_address: mooncake URL 'mooncake://nohostport?metadata="
+                       "P2PHANDSHAKE&protocol=tcp&segment=4294967296&buffer=16777216&local_hostname=h': want "
+                       "mooncake://HOST:PORT, the master's host and port")
     # kvreshard's default split of 7 layers on PP 3 is 3/2/2; SGLang's is 2/2/3
     refused(config(1, 3, 0, 1, url, layers=7), FakeMHAHostPool("page_first", 4, 3, 5, KV_HEADS),
             "PP rank 1's host pool holds layers [3, 5) but the PP split 2/2/3 of 7 layers gives it [2, 4): "

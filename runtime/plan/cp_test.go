@@ -9,7 +9,7 @@ import (
 
 	"github.com/kvreshard/kvreshard/compiler"
 	"github.com/kvreshard/kvreshard/compiler/ir"
-	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/internal/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"

@@ -1,6 +1,7 @@
 package reshard
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -411,7 +412,11 @@ func (x *exec) stageNeed() (need, half int) {
 	}
 	bound := x.r.planner.StageBound()
 	if x.r.tune.pipeline && x.r.opts.CopyWorkers > 1 && rounds > 1 && 2*round <= bound {
-		if half = (max(round, min(bound/2, x.r.tune.pipeBatch)) + 63) &^ 63; need > half {
+		batch := x.r.tune.pipeBatch
+		if batch == 0 {
+			batch = cmp.Or(x.r.planner.Options().Transport.Batch, defaultPipeBatch)
+		}
+		if half = (max(round, min(bound/2, batch)) + 63) &^ 63; need > half {
 			return 2 * half, half
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvreshard/kvreshard/compiler/ir"
+	"github.com/kvreshard/kvreshard/internal/content"
 	_ "github.com/kvreshard/kvreshard/layouts"
-	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"

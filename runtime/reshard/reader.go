@@ -56,7 +56,8 @@ type tuning struct {
 	// pipeBatch is the staging bytes a pipelined batch fills when its
 	// rounds are smaller: large enough that a batch's goroutines and store
 	// call cost little against its bytes, small enough that a request of a
-	// few batches has most of its reads overlap checks and copies.
+	// few batches has most of its reads overlap checks and copies. 0 takes
+	// the transport's (plan.Transport.Batch), or 4 MiB.
 	pipeBatch int
 	// pipeline overlaps the reads of a staged batch with the checks and
 	// copies of the one before.
@@ -68,7 +69,10 @@ type tuning struct {
 	onCopyWorkers func(workers int)
 }
 
-var defaultTuning = tuning{minCopyShare: 512 << 10, pipeBatch: 4 << 20, pipeline: true}
+var defaultTuning = tuning{minCopyShare: 512 << 10, pipeline: true}
+
+// defaultPipeBatch is tuning.pipeBatch for a transport that says none.
+const defaultPipeBatch = 4 << 20
 
 // Stats are a reader's counters.
 type Stats struct {

@@ -55,7 +55,15 @@ extra_config keys (besides SGLang's backend_name, module_path, class_name):
 - ``interface_v1``: must be 1: kvreshard reads and writes the host pool in
   place (batch_get_v1, batch_set_v1, and v2 on top of them) and has no
   copying interface.
-- ``url`` (required): the store, e.g. ``redis://host:6379`` or ``file:///dir``.
+- ``url``: the store, e.g. ``redis://host:6379``, ``file:///dir`` or
+  ``mooncake://master:50051?protocol=tcp``; or, instead of ``url``, the keys
+  of SGLang's own Mooncake backend, with its meaning and defaults
+  (``master_server_address``, ``metadata_server``, ``protocol``,
+  ``device_name``, ``global_segment_size``, ``local_buffer_size``: see
+  kvreshard.mooncake.url_from_sglang; each of the instance's TP x PP ranks
+  contributes its share of global_segment_size), so that moving an instance
+  from SGLang's Mooncake backend to kvreshard's changes only the backend's
+  name. One of the two is required.
 - ``layers``: the model's layers (without MTP draft layers); required with
   PP > 1 unless ``pp_layers`` or SGLANG_PP_LAYER_PARTITION gives the split.
 - ``pp_layers``: the PP split (layers per stage, a list or "a,b,c", without

@@ -27,6 +27,32 @@ ExtraInfo = Optional[HiCacheStorageExtraInfo]
 logger = logging.getLogger("kvreshard.sglang")
 
 
+def store_url(storage_config: HiCacheStorageConfig, extra: Dict[str, Any]) -> str:
+    """The store extra_config names: "url", or the keys of SGLang's own
+    Mooncake backend (master_server_address, metadata_server, protocol,
+    device_name, global_segment_size, local_buffer_size) with their
+    meaning there, so that an instance moves from SGLang's Mooncake backend
+    to kvreshard's by naming this backend (kvreshard.mooncake.url_from_sglang:
+    each rank contributes global_segment_size / (tp_size x pp_size), as in
+    SGLang)."""
+    url = extra.get("url")
+    if "master_server_address" in extra:
+        if url is not None:
+            raise ConfigError('extra_config has both "url" and "master_server_address"; give one: the store '
+                              "URL, or the Mooncake master as SGLang's Mooncake backend takes it")
+        from .. import mooncake
+        try:
+            return mooncake.url_from_sglang(extra, ranks=storage_config.tp_size * storage_config.pp_size,
+                                            tp_rank=storage_config.tp_rank)
+        except ValueError as e:
+            msg = str(e)
+            raise ConfigError(msg[len("kvreshard: "):] if msg.startswith("kvreshard: ") else msg) from e
+    if not url or not isinstance(url, str):
+        raise ConfigError('extra_config needs "url", the store (redis://host:port, file:///dir, mooncake://host:port), '
+                          'or "master_server_address" with the keys of SGLang\'s Mooncake backend')
+    return url
+
+
 class KvreshardStorage(HiCacheStorage):
     """SGLang HiCache L3 storage over kvreshard (see the doc of kvreshard.sglang).
 
@@ -51,9 +77,7 @@ class KvreshardStorage(HiCacheStorage):
         if not extra.get("interface_v1"):
             raise ConfigError('extra_config needs "interface_v1": 1: kvreshard reads and writes the '
                               "host pool in place (batch_get_v1, batch_set_v1)")
-        url = extra.get("url")
-        if not url or not isinstance(url, str):
-            raise ConfigError('extra_config needs "url", the store (redis://host:port, file:///dir)')
+        url = store_url(storage_config, extra)
         if "max_procs" in extra:
             kv.set_max_procs(extra_positive("max_procs", extra["max_procs"]))
         self.check_parts = extra_flag("check_parts", extra.get("check_parts", False))

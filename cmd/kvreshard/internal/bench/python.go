@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/internal/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"

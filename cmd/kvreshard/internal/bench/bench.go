@@ -51,6 +51,16 @@
 //	                          pages written by TP 1, from the file store,
 //	                          checked, against the same reads unchecked
 //	checksum_cost_range_redis the same from Redis
+//	mooncake_vs_get_into      resharded reads (TP 8 LPHD parts -> TP 4/PP 2
+//	                          rank 0/0) from Mooncake Store through the
+//	                          Python package, against Mooncake's own
+//	                          batch_get_into of whole objects of as many
+//	                          bytes, timed in turns; a master and a memory
+//	                          holder of its own, in a loopback-only
+//	                          network namespace (unshare -rn)
+//	mooncake_query_cost       the hit prefix of 128 pages (Reader.exists)
+//	                          on Mooncake Store, against one batch_is_exist
+//	                          of their 128 commit keys
 //	python_vs_go_read         resharded reads from the file store through
 //	                          the Python package (python3 -m
 //	                          kvreshard.bench --serve over libkvreshard,
@@ -100,6 +110,7 @@ var Names = []string{
 	"plan_build_us_70b", "plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b",
 	"reshard_vs_identity_mem", "gapped_vs_contiguous_mem", "reshard_gbps_file", "redis_vs_get", "redis_getrange_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
 	"auto_regret_file", "auto_regret_redis", "checksum_cost", "checksum_cost_range", "checksum_cost_range_redis",
+	"mooncake_vs_get_into", "mooncake_query_cost",
 	"python_vs_go_read", "python_call_us",
 }
 
@@ -123,12 +134,14 @@ type Options struct {
 	// Python is the interpreter of the Python figures (default
 	// DefaultPython) and Go the go command that builds libkvreshard for
 	// them (default: go on the PATH); either missing, or an interpreter
-	// without numpy, skips those figures with the reason.
+	// without numpy, skips those figures with the reason. The Mooncake
+	// figures need the same, Mooncake's wheel in the interpreter and
+	// unshare (a loopback-only network namespace), else they are skipped.
 	Python, Go string
 }
 
 // Steps are the steps of a run, in order.
-var Steps = []string{"kernels", "plans", "pages", "memory store", "file store", "redis store", "python"}
+var Steps = []string{"kernels", "plans", "pages", "memory store", "file store", "redis store", "python", "mooncake"}
 
 // sizes are the run's repetitions and pages.
 type sizes struct {
@@ -167,6 +180,7 @@ func Run(ctx context.Context, o Options) ([]Figure, error) {
 		{"file store", c.file},
 		{"redis store", c.redis},
 		{"python", c.python},
+		{"mooncake", c.mooncake},
 	}
 	if o.Steps != nil {
 		keep := steps[:0]

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/internal/content"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvreshard/kvreshard/runtime/content"
+	"github.com/kvreshard/kvreshard/internal/content"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"

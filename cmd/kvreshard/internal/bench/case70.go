@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 
 	"github.com/kvreshard/kvreshard/compiler/ir"
+	"github.com/kvreshard/kvreshard/internal/content"
 	_ "github.com/kvreshard/kvreshard/layouts"
-	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/manifest"
 	"github.com/kvreshard/kvreshard/runtime/placement"

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/kvreshard/kvreshard/internal/content"
 	"github.com/kvreshard/kvreshard/internal/redisserver"
-	"github.com/kvreshard/kvreshard/runtime/content"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
 	"github.com/kvreshard/kvreshard/runtime/store"

@@ -41,6 +41,16 @@ func TestRedisSkipped(t *testing.T) {
 	}, figs)
 }
 
+// TestNames: the figures of the suite, in the order Run reports them.
+func TestNames(t *testing.T) {
+	require.Equal(t, []string{"copy_vs_memmove", "copy_vs_memmove_runs", "generated_vs_interpreter", "plan_build_us_70b",
+		"plan_build_auto_us_70b", "ops_direct_70b", "ops_auto_redis_70b", "reshard_vs_identity_mem", "gapped_vs_contiguous_mem",
+		"reshard_gbps_file", "redis_vs_get", "redis_getrange_vs_get", "redis_vs_get_parts", "reshard_gbps_redis",
+		"auto_regret_file", "auto_regret_redis", "checksum_cost", "checksum_cost_range", "checksum_cost_range_redis",
+		"mooncake_vs_get_into", "mooncake_query_cost", "python_vs_go_read", "python_call_us"}, Names)
+	require.Equal(t, []string{"kernels", "plans", "pages", "memory store", "file store", "redis store", "python", "mooncake"}, Steps)
+}
+
 // TestStartRedisMissing: without redis-server on the PATH, StartRedis
 // returns redisserver's reason.
 func TestStartRedisMissing(t *testing.T) {

@@ -1,0 +1,830 @@
+"""kvreshard on Mooncake Store: an object engine (kvreshard.h, kvr_engine) over
+Mooncake's Python client, mooncake.store.MooncakeDistributedStore.
+
+Open a store with its URL, or wrap a client the process already has::
+
+    st = kvreshard.Store("mooncake://10.0.0.5:50051?protocol=rdma&device=mlx5_0")
+    st = kvreshard.Store.from_mooncake(client)   # the caller keeps and closes client
+
+The URL names the master (HOST:PORT) and takes these parameters:
+
+- ``metadata``: the metadata server (default ``P2PHANDSHAKE``: none);
+- ``protocol``: ``tcp`` (the default) or ``rdma``;
+- ``device``: the RDMA device names, comma-separated (default: none);
+- ``segment``: bytes of memory this process contributes to the store
+  (default 0: none; readers and writers need none when memory servers hold
+  the objects). A size is a number of bytes, or one with a unit kb, mb, gb
+  or tb (powers of 1024: ``4gb``), or kib, mib, gib, tib;
+- ``buffer``: Mooncake's local buffer size (default 0: kvreshard transfers
+  from and into registered memory, not through that buffer);
+- ``local_hostname``: the address other Mooncake processes reach this one
+  at (default ``localhost``; set it when this process contributes memory
+  and the store spans hosts);
+- ``read_timeout_ms``: how long a read may wait for Mooncake (default 5000;
+  0: for ever). Mooncake's ranged reads do not return while a memory holder
+  that died is retried (minutes): such a read fails after the timeout, its
+  pages are misses of that read, and the thread that made it stays blocked
+  inside Mooncake until the client gives up.
+
+Every bad parameter is a ValueError (kvreshard.InvalidArgument) naming it.
+
+How kvreshard's pages map onto Mooncake objects (claims, parts whose keys
+name their manifest, commits) is the Go runtime's (runtime/store/enginestore);
+this module only moves objects:
+
+- put: batch_put_from, of an object's bytes where they are when they are
+  one fragment, else gathered into one buffer first (Mooncake's TCP
+  transport breaks down under a batch of thousands of small buffers, which
+  batch_put_from_multi_buffers of a part's runs would be); an object whose
+  key exists keeps its first value (Mooncake's put returns 0 for it). A put refused for want of memory
+  (-200) is retried a few times a few milliseconds apart, then fails.
+  Manifests (the library's objects under meta/) are soft-pinned: Mooncake
+  evicts them only when nothing else is left to evict, since every page of
+  their layout needs them.
+- get (small objects: claims, commits, manifests): batch_get_into;
+  exists: batch_is_exist; sizes: batch_get_replica_desc.
+- read: one get_into_ranges call for every range of a batch, grouped
+  [registered buffer][object][fragment]; ranges that are whole objects go
+  through batch_get_into (faster, and it fails within about a second when
+  a holder died). Mooncake's OBJECT_NOT_FOUND (-704) is a missing object: a
+  miss, never an error.
+- remove: batch_remove(force=True) (a read or an exist check leases an
+  object for a while; a removal must not wait for that).
+- register_memory and unregister_memory: register_buffer and
+  unregister_buffer (ranged reads need registered memory).
+
+Mooncake's client crashes the process when called after its close(): the
+engine refuses every call once it is closed, and closes a client it owns
+only when the store is closed and no call is in flight.
+
+url_from_sglang(extra_config) maps the extra_config of SGLang's own Mooncake
+backend to a mooncake:// URL of the same meaning.
+
+Mooncake's clients listen on every address of the host: see
+kvreshard.mooncake_local for running them on loopback only (tests).
+"""
+
+import ctypes
+import itertools
+import json
+import os
+import re
+import socket
+import threading
+import time
+import urllib.parse
+
+from . import _lib
+from ._lib import InvalidArgument, StoreError
+
+__all__ = ["MooncakeEngine", "parse_url", "parse_size", "url_from_sglang", "DEFAULT_READ_TIMEOUT_MS"]
+
+DEFAULT_READ_TIMEOUT_MS = 5000
+
+# Mooncake's error codes that the engine meets (mooncake-store's types.h).
+ERRORS = {
+    -1: "INTERNAL_ERROR",
+    -10: "BUFFER_OVERFLOW",
+    -200: "NO_AVAILABLE_HANDLE",
+    -600: "INVALID_PARAMS",
+    -703: "REPLICA_IS_NOT_READY",
+    -704: "OBJECT_NOT_FOUND",
+    -706: "OBJECT_HAS_LEASE",
+    -707: "LEASE_EXPIRED",
+    -800: "TRANSFER_FAIL",
+    -900: "RPC_FAIL",
+}
+NOT_FOUND = -704
+NOT_READY = -703
+LEASE_EXPIRED = -707
+NO_SPACE = -200
+
+# A put refused for want of memory (-200) is tried again this many times,
+# after PUT_BACKOFF seconds, then doubling: the master evicts within about
+# 10 ms of a failed allocation.
+PUT_RETRIES = 5
+PUT_BACKOFF = 0.002
+# A get of an object that another client is putting (-703) is tried again
+# this many times, after GET_BACKOFF seconds, then doubling (0.5 s in all).
+GET_RETRIES = 8
+GET_BACKOFF = 0.002
+
+
+def code_name(rc):
+    """A Mooncake return code with its name, as "-704 (OBJECT_NOT_FOUND)"."""
+    n = ERRORS.get(rc)
+    return "%d (%s)" % (rc, n) if n else str(rc)
+
+
+def _np():
+    try:
+        import numpy
+    except ImportError:
+        raise InvalidArgument("kvreshard: the Mooncake engine needs numpy (pip install numpy)", _lib.EINVAL) from None
+    return numpy
+
+
+# ---------------------------------------------------------------------------
+# URLs
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?)?\s*$", re.I)
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(what, v):
+    """Bytes of a size: a non-negative int, or a string of digits with an
+    optional unit k/kb/kib, m/mb/mib, g/gb/gib, t/tb/tib (any case; powers
+    of 1024). ValueError naming `what` otherwise."""
+    if isinstance(v, bool):
+        raise InvalidArgument("kvreshard: %s must be a size in bytes, not %r" % (what, v), _lib.EINVAL)
+    if isinstance(v, int):
+        n = v
+    elif isinstance(v, str):
+        m = _SIZE.match(v)
+        if not m:
+            raise InvalidArgument("kvreshard: %s %r is not a size (bytes, or a number with kb, mb, gb or tb)"
+                                  % (what, v), _lib.EINVAL)
+        n = int(m.group(1)) * (_UNITS[m.group(2)[0].lower()] if m.group(2) else 1)
+    else:
+        raise InvalidArgument("kvreshard: %s must be a size in bytes, not %s" % (what, type(v).__name__),
+                              _lib.EINVAL)
+    if n < 0 or n >= 1 << 63:
+        raise InvalidArgument("kvreshard: %s %r is out of range" % (what, v), _lib.EINVAL)
+    return n
+
+
+_PARAMS = ("metadata", "protocol", "device", "segment", "buffer", "local_hostname", "read_timeout_ms")
+_TOKEN = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def parse_url(url):
+    """The parameters of a mooncake:// URL as a dict: master ("HOST:PORT"),
+    metadata, protocol, device, segment, buffer, local_hostname,
+    read_timeout_ms, with their defaults. ValueError
+    (kvreshard.InvalidArgument) naming what is wrong."""
+    if not isinstance(url, str):
+        raise TypeError("kvreshard: store url must be a str, not %s" % type(url).__name__)
+
+    def bad(msg):
+        return InvalidArgument("kvreshard: mooncake URL %r: %s" % (url, msg), _lib.EINVAL)
+
+    try:
+        u = urllib.parse.urlsplit(url)
+    except ValueError as e:
+        raise bad(str(e)) from None
+    if u.scheme.lower() != "mooncake":
+        raise bad("the scheme must be mooncake://")
+    if u.path not in ("", "/") or u.fragment or u.username is not None or u.password is not None:
+        raise bad("want mooncake://HOST:PORT?PARAMETERS, the master's address and nothing else before '?'")
+    try:
+        port = u.port
+    except ValueError:
+        raise bad("the master's port %r is not a port number" % u.netloc.rpartition(":")[2]) from None
+    host = u.hostname
+    if not host or port is None:
+        raise bad("want mooncake://HOST:PORT, the master's host and port")
+    if port == 0:
+        raise bad("the master's port 0 is not a port number")
+    cfg = {"master": "%s:%d" % ("[%s]" % host if ":" in host else host, port), "metadata": "P2PHANDSHAKE",
+           "protocol": "tcp", "device": "", "segment": 0, "buffer": 0, "local_hostname": "localhost",
+           "read_timeout_ms": DEFAULT_READ_TIMEOUT_MS}
+    seen = set()
+    for part in u.query.split("&") if u.query else ():
+        if not part:
+            continue
+        name, eq, value = part.partition("=")
+        name = urllib.parse.unquote(name)
+        value = urllib.parse.unquote(value)
+        if name not in _PARAMS:
+            raise bad("unknown parameter %r; the parameters are %s" % (name, ", ".join(_PARAMS)))
+        if name in seen:
+            raise bad("parameter %s is given twice" % name)
+        seen.add(name)
+        if not eq:
+            raise bad("parameter %s has no value (want %s=VALUE)" % (name, name))
+        if name in ("segment", "buffer"):
+            try:
+                cfg[name] = parse_size("mooncake URL parameter " + name, value)
+            except InvalidArgument as e:
+                raise bad(str(e)[len("kvreshard: "):]) from None
+        elif name == "read_timeout_ms":
+            if not value.isdigit() or int(value) >= 1 << 62:
+                raise bad("parameter read_timeout_ms %r is not a number of milliseconds" % value)
+            cfg[name] = int(value)
+        elif name == "protocol":
+            if not _TOKEN.match(value):
+                raise bad("parameter protocol %r is not a protocol name (tcp, rdma)" % value)
+            cfg[name] = value
+        elif name == "device":
+            if value and not all(_TOKEN.match(d) for d in value.split(",")):
+                raise bad("parameter device %r is not a list of device names (mlx5_0,mlx5_1)" % value)
+            cfg[name] = value
+        else:  # metadata, local_hostname
+            if not value or "\0" in value or any(c.isspace() for c in value):
+                raise bad("parameter %s %r is empty or holds blanks" % (name, value))
+            cfg[name] = value
+    return cfg
+
+
+def url_from_sglang(extra_config, ranks=1, tp_rank=None):
+    """The mooncake:// URL of the same Mooncake store, client and memory as
+    SGLang's own Mooncake backend (sglang.srt.mem_cache.storage.mooncake_store)
+    makes of extra_config, so that switching an instance's backend is one
+    word. Keys, with SGLang's defaults:
+
+    - master_server_address (required): the master, HOST:PORT;
+    - metadata_server (P2PHANDSHAKE);
+    - protocol (MOONCAKE_PROTOCOL of the environment, else rdma);
+    - device_name (none): RDMA devices; a JSON object maps TP ranks to
+      devices (tp_rank picks; none without it, as SGLang does);
+    - global_segment_size (4gb): the memory of the whole instance, an int
+      of bytes or a string as SGLang takes it ("4gb", "1073741824"); SGLang
+      gives each rank global_segment_size // (tp_size x pp_size): pass
+      ranks = tp_size x pp_size to do the same;
+    - local_buffer_size (16 MiB, SGLang's constant);
+    - local_hostname (MOONCAKE_LOCAL_HOSTNAME or LOCAL_HOSTNAME of the
+      environment first, as SGLang; else localhost).
+
+    Keys of SGLang's backend that have no meaning here
+    (client_server_address and standalone_storage: a dummy client in front
+    of a local real one) are refused; others are ignored. ValueError
+    naming the key for a bad value."""
+    if not isinstance(extra_config, dict):
+        raise TypeError("kvreshard: extra_config must be a dict, not %s" % type(extra_config).__name__)
+
+    def bad(key, msg):
+        return InvalidArgument("kvreshard: extra_config %s: %s" % (key, msg), _lib.EINVAL)
+
+    if extra_config.get("standalone_storage") or extra_config.get("client_server_address"):
+        key = "standalone_storage" if extra_config.get("standalone_storage") else "client_server_address"
+        raise bad(key, "kvreshard runs its own Mooncake client in each rank; a standalone (dummy) client "
+                       "is not supported: give master_server_address")
+    master = extra_config.get("master_server_address")
+    if not isinstance(master, str) or not master:
+        raise bad("master_server_address", "required: the Mooncake master, HOST:PORT, not %r" % (master,))
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise InvalidArgument("kvreshard: url_from_sglang: ranks must be a positive int, not %r" % (ranks,),
+                              _lib.EINVAL)
+
+    def text(key, default):
+        v = extra_config.get(key, default)
+        if not isinstance(v, str):
+            raise bad(key, "must be a string, not %s" % type(v).__name__)
+        return v
+
+    def sglang_size(key, default):
+        v = extra_config.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise bad(key, "must be bytes (an int) or a size such as \"4gb\", not %r" % (v,))
+        if isinstance(v, str) and v.strip().lower().endswith("gb") and v.strip()[:-2].strip().isdigit():
+            v = int(v.strip()[:-2].strip()) << 30  # SGLang: "<n>gb" only, else int(...)
+        try:
+            return parse_size("extra_config " + key, v)
+        except InvalidArgument as e:
+            raise bad(key, "%r is not a size in bytes or gb" % (v,)) from None
+
+    segment = sglang_size("global_segment_size", "4gb") // ranks
+    buffer = sglang_size("local_buffer_size", 16 << 20)
+    metadata = text("metadata_server", "P2PHANDSHAKE")
+    protocol = text("protocol", os.environ.get("MOONCAKE_PROTOCOL", "rdma"))
+    device = text("device_name", "")
+    if device.strip().startswith("{"):
+        try:
+            devices = json.loads(device)
+        except ValueError:
+            raise bad("device_name", "%r is not JSON" % device) from None
+        if not isinstance(devices, dict):
+            raise bad("device_name", "JSON must be an object of TP rank to devices")
+        device = "" if tp_rank is None else devices.get(str(tp_rank), devices.get(tp_rank, ""))
+        if not isinstance(device, str):
+            raise bad("device_name", "TP rank %s's devices must be a string" % tp_rank)
+    host = (os.environ.get("MOONCAKE_LOCAL_HOSTNAME") or os.environ.get("LOCAL_HOSTNAME")
+            or text("local_hostname", "") or "localhost")
+    q = [("metadata", metadata), ("protocol", protocol)]
+    if device:
+        q.append(("device", device))
+    q += [("segment", str(segment)), ("buffer", str(buffer)), ("local_hostname", host)]
+    url = "mooncake://%s?%s" % (master, urllib.parse.urlencode(q, safe=",:/"))
+    try:
+        parse_url(url)
+    except InvalidArgument as e:
+        raise bad("master_server_address" if "master" in str(e) or "HOST:PORT" in str(e) else "value",
+                  str(e)[len("kvreshard: "):]) from None
+    return url
+
+
+def connect(url):
+    """A MooncakeDistributedStore set up as the URL says (parse_url), and the
+    parsed URL. StoreError when the master cannot be reached or setup fails."""
+    cfg = parse_url(url)
+    try:
+        from mooncake.store import MooncakeDistributedStore
+    except ImportError as e:
+        raise StoreError("kvreshard: %s: cannot import mooncake.store (pip install "
+                         "mooncake-transfer-engine, or make venv): %s" % (url, e)) from None
+    # setup() retries an unreachable master for about 90 s: fail fast instead.
+    host, _, port = cfg["master"].rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            pass
+    except OSError as e:
+        raise StoreError("kvreshard: %s: cannot reach the Mooncake master at %s: %s" % (url, cfg["master"], e)) from None
+    client = MooncakeDistributedStore()
+    rc = client.setup(cfg["local_hostname"], cfg["metadata"], cfg["segment"], cfg["buffer"], cfg["protocol"],
+                      cfg["device"], cfg["master"])
+    if rc != 0:
+        try:
+            client.close()
+        except Exception:
+            pass
+        raise StoreError("kvreshard: %s: Mooncake client setup returned %s" % (url, code_name(rc)))
+    return client, cfg
+
+
+# ---------------------------------------------------------------------------
+# The engine
+
+# Engines whose store is open: their callbacks must outlive every call of
+# the library, which ends with their close callback.
+_LIVE = set()
+_LIVE_LOCK = threading.Lock()
+
+
+class _Closed(Exception):
+    pass
+
+
+class MooncakeEngine:
+    """A kvr_engine over a MooncakeDistributedStore client. owned: close the
+    client when the store closes. open_store() opens the library's store
+    on it, once."""
+
+    def __init__(self, client, name, owned=False, read_timeout_ms=DEFAULT_READ_TIMEOUT_MS, lease_ms=0):
+        if isinstance(read_timeout_ms, bool) or not isinstance(read_timeout_ms, int) or read_timeout_ms < 0:
+            raise InvalidArgument("kvreshard: read_timeout_ms must be a non-negative int, not %r"
+                                  % (read_timeout_ms,), _lib.EINVAL)
+        if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 0:
+            raise InvalidArgument("kvreshard: lease_ms must be a non-negative int, not %r" % (lease_ms,),
+                                  _lib.EINVAL)
+        for m in ("batch_put_from", "batch_get_into", "get_into_ranges", "batch_is_exist", "register_buffer"):
+            if not callable(getattr(client, m, None)):
+                raise TypeError("kvreshard: the Mooncake client %r has no %s: want a "
+                                "mooncake.store.MooncakeDistributedStore (0.3.10 or later)" % (client, m))
+        self.np = _np()
+        self.client = client
+        self._plain, self._pinned = _configs()
+        self.name = name
+        self.owned = owned
+        self.read_timeout_ms = read_timeout_ms
+        self.lease_ms = lease_ms
+        self._mu = threading.Lock()
+        self._inflight = 0
+        self._closed = False          # the library closed the engine
+        self._released = False
+        self._opened = False
+        self.counts = {"put": 0, "get": 0, "exists": 0, "sizes": 0, "read": 0, "ranges": 0, "whole": 0,
+                       "remove": 0, "put_retries": 0}
+        L = _lib
+        self._cbs = (L.ENGINE_PUT(self._wrap("put", self._put)), L.ENGINE_GET(self._wrap("get", self._get)),
+                     L.ENGINE_EXISTS(self._wrap("exists", self._exists)),
+                     L.ENGINE_SIZES(self._wrap("sizes", self._sizes)), L.ENGINE_READ(self._wrap("read", self._read)),
+                     L.ENGINE_REMOVE(self._wrap("remove", self._remove)),
+                     L.ENGINE_MEMORY(self._wrap("register_memory", self._register)),
+                     L.ENGINE_MEMORY(self._wrap("unregister_memory", self._unregister)),
+                     L.ENGINE_CLOSE(self._close_cb))
+        c = self._cbs
+        self.table = L.CEngine(ctypes.sizeof(L.CEngine), None, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+                               c[8], read_timeout_ms, lease_ms)
+
+    def open_store(self):
+        """Open the library's store on this engine; its handle. When the open
+        fails the engine is closed (with the client, if owned) and the
+        error raised."""
+        if self._opened:
+            raise InvalidArgument("kvreshard: the Mooncake engine of %s is already open" % self.name, _lib.EINVAL)
+        self._opened = True
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        h = _lib.HANDLE()
+        err = _lib.errbuf()
+        try:
+            rc = _lib.lib().kvr_store_open_engine(ctypes.byref(self.table), self.name.encode("utf-8"),
+                                                  ctypes.byref(h), err, _lib.ERRLEN)
+            _lib.check(rc, err)
+        except BaseException:
+            # a refused open does not call close: the engine is still ours
+            self._close_cb(None)
+            raise
+        return h.value
+
+    # -- the life of the client
+
+    def _enter(self):
+        with self._mu:
+            if self._closed:
+                raise _Closed()
+            self._inflight += 1
+
+    def _leave(self):
+        with self._mu:
+            self._inflight -= 1
+            last = self._closed and self._inflight == 0
+        if last:
+            self._close_client()
+
+    def _close_cb(self, ctx):
+        """The library's close: no call enters after it; the client (when
+        owned) is closed now, or when the last call in flight returns (a
+        read the library gave up on may still be blocked in Mooncake)."""
+        try:
+            with self._mu:
+                self._closed = True
+                idle = self._inflight == 0
+            if idle:
+                self._close_client()
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+        except BaseException:
+            pass
+
+    def _close_client(self):
+        with self._mu:
+            if self._released:
+                return
+            self._released = True
+        if self.owned:
+            try:
+                self.client.close()
+            except Exception:
+                pass
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def _wrap(self, what, f):
+        """A callback of f: never raises; a failure is a negative return with
+        the message in err."""
+        def cb(*args):
+            err, errlen = args[-2], args[-1]
+            try:
+                self._enter()
+            except _Closed:
+                _write_err(err, errlen, "mooncake engine of %s is closed" % self.name)
+                return -1
+            except BaseException as e:
+                _write_err(err, errlen, "%s: %s" % (what, e))
+                return -1
+            try:
+                return f(*args[1:-2], err, errlen) or 0
+            except BaseException as e:
+                _write_err(err, errlen, "%s %s: %s: %s" % (self.name, what, type(e).__name__, e))
+                return -1
+            finally:
+                try:
+                    self._leave()
+                except BaseException:
+                    pass
+        return cb
+
+    # -- helpers over the C arrays
+
+    def _arr(self, addr, n, dtype):
+        """A numpy view of n elements of dtype at addr (C memory, valid during the call)."""
+        np = self.np
+        if n == 0 or not addr:
+            return np.zeros(0, dtype)
+        return np.frombuffer((ctypes.c_char * (n * np.dtype(dtype).itemsize)).from_address(addr), dtype)
+
+    def _keys(self, n, keys, offsets):
+        """The n keys as bytes."""
+        off = self._arr(offsets, n + 1, self.np.int64).tolist()
+        raw = ctypes.string_at(keys, off[-1]) if off[-1] else b""
+        return list(map(raw.__getitem__, itertools.starmap(slice, zip(off, off[1:]))))
+
+    # -- callbacks
+
+    def _put(self, n, keys, offsets, frags, frag_lens, frag_off, results, err, errlen):
+        np = self.np
+        self.counts["put"] += 1
+        ks = self._keys(n, keys, offsets)
+        fo = self._arr(frag_off, n + 1, np.int64)
+        nf = int(fo[-1])
+        ptrs = self._arr(frags, nf, np.uint64).tolist()
+        lens = self._arr(frag_lens, nf, np.int64).tolist()
+        res = self._arr(results, n, np.int32)
+        counts = np.diff(fo)
+        fol = fo.tolist()
+        # An object of one fragment is put from where it is; the fragments
+        # of the others are gathered into one buffer first: Mooncake's TCP
+        # transport fails (TRANSFER_FAIL, and then every transfer to that
+        # holder for a while) when a batch carries thousands of small
+        # buffers, as batch_put_from_multi_buffers of a part's runs does.
+        src, size = [0] * n, [0] * n
+        multi = [i for i in range(n) if counts[i] > 1]
+        gathered = None
+        if multi:
+            total = sum(sum(lens[fol[i]:fol[i + 1]]) for i in multi)
+            gathered = np.empty(max(total, 1), np.uint8)
+            at = gathered.ctypes.data
+            move = ctypes.memmove
+            for i in multi:
+                src[i] = at
+                for f in range(fol[i], fol[i + 1]):
+                    move(at, ptrs[f], lens[f])
+                    at += lens[f]
+                size[i] = at - src[i]
+        for i in range(n):
+            if counts[i] == 1:
+                src[i], size[i] = ptrs[fol[i]], lens[fol[i]]
+
+        def put(idx, config):
+            if not idx:
+                return []
+            args = ([ks[i] for i in idx], [src[i] for i in idx], [size[i] for i in idx])
+            return self.client.batch_put_from(*args) if config is None else self.client.batch_put_from(*args, config)
+        todo = [i for i in range(n) if counts[i] > 0]
+        for i in range(n):
+            if counts[i] == 0:
+                res[i] = -600
+        first = None
+        delay = PUT_BACKOFF
+        for attempt in range(PUT_RETRIES + 1):
+            # manifests (meta/...) are few, small and needed by every page
+            # of their layout: soft-pinned, evicted only when nothing else is
+            meta = [i for i in todo if ks[i].startswith(b"meta/")]
+            rest = [i for i in todo if not ks[i].startswith(b"meta/")] if meta else todo
+            rs = list(put(meta, self._pinned)) + list(put(rest, self._plain))
+            todo = meta + rest
+            if len(rs) != len(todo):
+                raise RuntimeError("batch put answered %d of %d objects" % (len(rs), len(todo)))
+            again = []
+            for i, r in zip(todo, rs):
+                res[i] = 0 if r >= 0 else max(r, -(1 << 31))
+                if r == NO_SPACE and attempt < PUT_RETRIES:
+                    again.append(i)
+                elif r < 0 and first is None:
+                    first = (i, r)
+            if not again:
+                break
+            self.counts["put_retries"] += 1
+            todo = again
+            time.sleep(delay)
+            delay *= 2
+        if first is not None:
+            i, r = first
+            _write_err(err, errlen, "%s: put %s: %s%s" % (
+                self.name, _show(ks[i]), code_name(r), " (no memory left: evicting was not fast enough, "
+                "or the holders are full of leased objects)" if r == NO_SPACE else ""))
+        return 0
+
+    def _get(self, n, keys, offsets, bufs, caps, sizes, err, errlen):
+        np = self.np
+        self.counts["get"] += 1
+        ks = self._keys(n, keys, offsets)
+        bl = self._arr(bufs, n, np.uint64).tolist()
+        cl = self._arr(caps, n, np.int64).tolist()
+        out = self._arr(sizes, n, np.int64)
+        rs = list(self.client.batch_get_into(ks, bl, cl))
+        if len(rs) != n:
+            raise RuntimeError("batch_get_into answered %d of %d objects" % (len(rs), n))
+        # An object another client is putting is not ready (-703) for the
+        # put's length, and one whose lease ran out while it was read
+        # (-707, eviction) may have moved: ask again a few times; an object
+        # still not ready is missing (a writer that died mid-put leaves it
+        # so for half a minute).
+        delay = GET_BACKOFF
+        for _ in range(GET_RETRIES):
+            busy = [i for i, r in enumerate(rs) if r in (NOT_READY, LEASE_EXPIRED)]
+            if not busy:
+                break
+            time.sleep(delay)
+            delay *= 2
+            again = self.client.batch_get_into([ks[i] for i in busy], [bl[i] for i in busy], [cl[i] for i in busy])
+            for i, r in zip(busy, again):
+                rs[i] = r
+        for i, r in enumerate(rs):
+            if r == NOT_READY:
+                out[i] = _lib.ENGINE_MISSING
+                continue
+            if r >= 0:
+                out[i] = r
+            elif r == NOT_FOUND:
+                out[i] = _lib.ENGINE_MISSING
+            elif r == -600:
+                # a buffer too small, or another invalid argument: ask the size
+                size = self.client.get_size(ks[i])
+                if size == NOT_FOUND:
+                    out[i] = _lib.ENGINE_MISSING
+                elif size > cl[i]:
+                    out[i] = size  # the library asks again with a buffer of that size
+                else:
+                    _write_err(err, errlen, "%s: get %s: batch_get_into %s; its size is %s" % (
+                        self.name, _show(ks[i]), code_name(r), code_name(size)))
+                    return -1
+            else:
+                _write_err(err, errlen, "%s: get %s: batch_get_into %s" % (self.name, _show(ks[i]), code_name(r)))
+                return -1
+        return 0
+
+    def _exists(self, n, keys, offsets, exists, err, errlen):
+        np = self.np
+        self.counts["exists"] += 1
+        ks = self._keys(n, keys, offsets)
+        rs = self.client.batch_is_exist(ks)
+        if len(rs) != n:
+            raise RuntimeError("batch_is_exist answered %d of %d keys" % (len(rs), n))
+        try:
+            b = bytes(rs)  # 0 and 1, the usual answer
+        except ValueError:
+            b = None
+        if b is None or b.strip(b"\0\1"):
+            a = np.asarray(rs, np.int64)
+            if (a < 0).any():
+                i = int(np.flatnonzero(a < 0)[0])
+                _write_err(err, errlen, "%s: batch_is_exist %s: %s" % (self.name, _show(ks[i]), code_name(rs[i])))
+                return -1
+            b = (a > 0).astype(np.uint8).tobytes()
+        if n:
+            ctypes.memmove(exists, b, n)
+        return 0
+
+    def _sizes(self, n, keys, offsets, sizes, err, errlen):
+        np = self.np
+        self.counts["sizes"] += 1
+        ks = self._keys(n, keys, offsets)
+        out = self._arr(sizes, n, np.int64)
+        try:
+            desc = self.client.batch_get_replica_desc(ks)
+        except UnicodeError:  # keys that are not UTF-8: one at a time
+            desc = None
+        for i, k in enumerate(ks):
+            size = None
+            if desc is not None:
+                reps = desc.get(k.decode("utf-8"))
+                if not reps:
+                    out[i] = _lib.ENGINE_MISSING
+                    continue
+                for r in reps:
+                    if str(r.status).endswith("COMPLETE") and r.is_memory_replica():
+                        size = r.get_memory_descriptor().buffer_descriptor.size
+                        break
+            if size is None:
+                size = self.client.get_size(k)
+            if size < 0 and size not in (NOT_FOUND, NOT_READY):
+                _write_err(err, errlen, "%s: size of %s: %s" % (self.name, _show(k), code_name(size)))
+                return -1
+            out[i] = size if size >= 0 else _lib.ENGINE_MISSING
+        return 0
+
+    def _read(self, nkeys, keys, offsets, nranges, key, offs, dst, lens, base, whole, results, err, errlen):
+        np = self.np
+        self.counts["read"] += 1
+        ks = self._keys(nkeys, keys, offsets)
+        K = self._arr(key, nranges, np.int64)
+        O = self._arr(offs, nranges, np.int64)
+        D = self._arr(dst, nranges, np.uint64)
+        L = self._arr(lens, nranges, np.int64)
+        B = self._arr(base, nranges, np.uint64)
+        W = self._arr(whole, nranges, np.uint8)
+        R = self._arr(results, nranges, np.int64)
+        got = np.empty(nranges, np.int64)
+        wi = np.flatnonzero(W)
+        if len(wi):
+            # whole objects: batch_get_into, which fails fast when a holder died
+            self.counts["whole"] += len(wi)
+            rs = self.client.batch_get_into([ks[k] for k in K[wi].tolist()], D[wi].tolist(), L[wi].tolist())
+            if len(rs) != len(wi):
+                raise RuntimeError("batch_get_into answered %d of %d objects" % (len(rs), len(wi)))
+            got[wi] = rs
+        ri = np.flatnonzero(W == 0) if len(wi) else None
+        if ri is None or len(ri):
+            self.counts["ranges"] += nranges if ri is None else len(ri)
+            # [registered buffer][object][fragment], in one call: the ranges
+            # sorted by buffer, then object (the library's usually are)
+            if ri is None and (nranges == 1 or (K[1:] >= K[:-1]).all() and (B == B[0]).all()):
+                order, b, k, d, o, z = slice(None), B, K, D, O, L
+            else:
+                order = (ri if ri is not None else np.arange(nranges))
+                order = order[np.lexsort((K[order], B[order]))]
+                b, k, d, o, z = B[order], K[order], D[order], O[order], L[order]
+            m = len(k)
+            newb = np.zeros(m, bool)
+            newb[0] = True
+            np.not_equal(b[1:], b[:-1], out=newb[1:])
+            newk = newb.copy()
+            newk[1:] |= k[1:] != k[:-1]
+            starts = np.flatnonzero(newk)
+            bounds = starts.tolist() + [m]
+            dl = (d - b).astype(np.int64).tolist()
+            sl = o.tolist()
+            zl = z.tolist()
+            kl = k[starts].tolist()
+            gb = np.flatnonzero(newb[starts]).tolist() + [len(starts)]  # the object groups of each buffer
+            buffers = b[starts[gb[:-1]]].tolist()
+            all_keys, all_dst, all_src, all_sizes = [], [], [], []
+            for g0, g1 in zip(gb, gb[1:]):
+                all_keys.append([ks[x] for x in kl[g0:g1]])
+                spans = list(itertools.starmap(slice, zip(bounds[g0:g1], bounds[g0 + 1:g1 + 1])))
+                all_dst.append(list(map(dl.__getitem__, spans)))
+                all_src.append(list(map(sl.__getitem__, spans)))
+                all_sizes.append(list(map(zl.__getitem__, spans)))
+            rs = self.client.get_into_ranges(buffers, all_keys, all_dst, all_src, all_sizes)
+            flat = list(itertools.chain.from_iterable(itertools.chain.from_iterable(rs)))
+            if len(flat) != m:
+                raise RuntimeError("get_into_ranges answered %d of %d ranges" % (len(flat), m))
+            got[order] = flat
+        bad = got != L
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            r = int(got[j])
+            R[:] = got
+            R[got == NOT_FOUND] = _lib.ENGINE_MISSING
+            R[got == -1] = -2  # Mooncake's INTERNAL_ERROR is not a missing object
+            if r != NOT_FOUND:
+                _write_err(err, errlen, "%s: read %s [%d,+%d): %s %s" % (
+                    self.name, _show(ks[int(K[j])]), int(O[j]), int(L[j]),
+                    "batch_get_into" if W[j] else "get_into_ranges", code_name(r) if r < 0 else "%d bytes" % r))
+        else:
+            R[:] = got
+        return 0
+
+    def _remove(self, n, keys, offsets, err, errlen):
+        self.counts["remove"] += 1
+        ks = self._keys(n, keys, offsets)
+        rs = self.client.batch_remove(ks, force=True)
+        for k, r in zip(ks, rs):
+            if r < 0 and r != NOT_FOUND:
+                _write_err(err, errlen, "%s: remove %s: %s" % (self.name, _show(k), code_name(r)))
+                return -1
+        return 0
+
+    def _register(self, base, n, err, errlen):
+        rc = self.client.register_buffer(base or 0, n)
+        if rc != 0:
+            _write_err(err, errlen, "%s: register_buffer of %d bytes at %#x: %s" % (
+                self.name, n, base or 0, code_name(rc)))
+            return -1
+        return 0
+
+    def _unregister(self, base, n, err, errlen):
+        rc = self.client.unregister_buffer(base or 0)
+        if rc != 0:
+            _write_err(err, errlen, "%s: unregister_buffer at %#x: %s" % (self.name, base or 0, code_name(rc)))
+            return -1
+        return 0
+
+
+def _configs():
+    """Mooncake's ReplicateConfig of a plain put and of a soft-pinned one
+    (None, None without Mooncake: a stand-in client of a test)."""
+    try:
+        from mooncake.store import ReplicateConfig
+    except ImportError:
+        return None, None
+    plain, pinned = ReplicateConfig(), ReplicateConfig()
+    try:
+        from mooncake.store import SoftPinAction
+        pinned.soft_pin_action = SoftPinAction.ENABLE
+    except (ImportError, AttributeError):
+        pinned.with_soft_pin = True  # before SoftPinAction
+    return plain, pinned
+
+
+def _show(k):
+    return repr(k.decode("utf-8", "backslashreplace"))
+
+
+def _write_err(err, errlen, msg):
+    """Write msg, NUL-terminated and truncated at a UTF-8 boundary, into the
+    C buffer err of errlen bytes."""
+    try:
+        if not err or not errlen:
+            return
+        b = msg.encode("utf-8", "replace")[:errlen - 1]
+        b = b.decode("utf-8", "ignore").encode("utf-8") + b"\0"
+        ctypes.memmove(err, b, len(b))
+    except BaseException:
+        pass
+
+
+def open_url(url):
+    """(handle, engine) of a store on a new client of the URL (Store's mooncake:// branch)."""
+    client, cfg = connect(url)
+    eng = MooncakeEngine(client, "mooncake://" + cfg["master"], owned=True, read_timeout_ms=cfg["read_timeout_ms"])
+    return eng.open_store(), eng
+
+
+def open_client(client, read_timeout_ms=DEFAULT_READ_TIMEOUT_MS, name=None):
+    """(handle, engine) of a store on a client the caller keeps (Store.from_mooncake)."""
+    if name is None:
+        name = "mooncake://(client %s)" % _client_name(client)
+    eng = MooncakeEngine(client, name, owned=False, read_timeout_ms=read_timeout_ms)
+    return eng.open_store(), eng
+
+
+def _client_name(client):
+    try:
+        return str(client.get_hostname())
+    except Exception:
+        return "client"
