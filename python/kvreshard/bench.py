@@ -109,53 +109,55 @@ def reshard_pool(slots: int) -> Tuple[kv.Pool, List[mmap.mmap]]:
     return kv.Pool("page_first", arrays, slots), mem
 
 
-# The C API (cmd/libkvreshard/kvreshard.h, ABI version 1), declared here for
+# The C API (cmd/libkvreshard/kvreshard.h, ABI version 2), declared here for
 # RawReader: the structs it passes and the functions it calls.
-ABI_VERSION = 1
+ABI_VERSION = 2
 OK = 0  # KVR_OK
 ERRLEN = 1024  # the message buffer a call gets
 
 
 class CModel(ctypes.Structure):
     """kvr_model."""
-    _fields_ = [("layers", ctypes.c_int32), ("kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32),
-                ("v_head_dim", ctypes.c_int32), ("page", ctypes.c_int32), ("mla", ctypes.c_int32),
-                ("dtype", ctypes.c_char_p), ("name", ctypes.c_char_p), ("revision", ctypes.c_char_p),
-                ("namespace_", ctypes.c_char_p), ("fingerprint", ctypes.c_char_p),
-                ("draft_layers", ctypes.c_int32)]
+    _fields_ = [("size", ctypes.c_uint32), ("layers", ctypes.c_int32), ("kv_heads", ctypes.c_int32),
+                ("head_dim", ctypes.c_int32), ("v_head_dim", ctypes.c_int32), ("page", ctypes.c_int32),
+                ("mla", ctypes.c_int32), ("draft_layers", ctypes.c_int32), ("dtype", ctypes.c_char_p),
+                ("name", ctypes.c_char_p), ("revision", ctypes.c_char_p), ("namespace_", ctypes.c_char_p),
+                ("fingerprint", ctypes.c_char_p)]
 
 
 class CPlacement(ctypes.Structure):
     """kvr_placement."""
-    _fields_ = [("tp", ctypes.c_int32), ("pp", ctypes.c_int32), ("tp_rank", ctypes.c_int32),
-                ("pp_rank", ctypes.c_int32), ("pp_layers", ctypes.POINTER(ctypes.c_int32)),
-                ("cp", ctypes.c_int32), ("cp_rank", ctypes.c_int32), ("cp_interleave", ctypes.c_int32)]
+    _fields_ = [("size", ctypes.c_uint32), ("tp", ctypes.c_int32), ("pp", ctypes.c_int32),
+                ("tp_rank", ctypes.c_int32), ("pp_rank", ctypes.c_int32), ("cp", ctypes.c_int32),
+                ("cp_rank", ctypes.c_int32), ("cp_interleave", ctypes.c_int32),
+                ("pp_layers", ctypes.POINTER(ctypes.c_int32))]
 
 
 class CPool(ctypes.Structure):
     """kvr_pool."""
-    _fields_ = [("layout", ctypes.c_char_p), ("nregions", ctypes.c_int32),
+    _fields_ = [("size", ctypes.c_uint32), ("nregions", ctypes.c_int32), ("layout", ctypes.c_char_p),
                 ("bases", ctypes.POINTER(ctypes.c_void_p)), ("sizes", ctypes.POINTER(ctypes.c_uint64)),
                 ("slots", ctypes.c_int64)]
 
 
 class CReadResult(ctypes.Structure):
     """kvr_read_result."""
-    _fields_ = [("hit", ctypes.c_int64), ("bytes", ctypes.c_int64), ("ops", ctypes.c_int64),
-                ("stop", ctypes.c_int32)]
+    _fields_ = [("size", ctypes.c_uint32), ("stop", ctypes.c_int32), ("hit", ctypes.c_int64),
+                ("bytes", ctypes.c_int64), ("ops", ctypes.c_int64)]
 
 
-_u64, _p, _n = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t
+# _h: a handle (kvr_store *, kvr_reader *), an opaque id
+_h, _p, _n = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t
 _SIGNATURES = {
-    "kvr_version": ([], ctypes.c_int),
-    "kvr_set_max_procs": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)], ctypes.c_int),
-    "kvr_store_open": ([ctypes.c_char_p, ctypes.POINTER(_u64), _p, _n], ctypes.c_int),
-    "kvr_store_close": ([_u64, _p, _n], ctypes.c_int),
-    "kvr_reader_open": ([_u64, ctypes.POINTER(CModel), ctypes.POINTER(CPlacement), ctypes.POINTER(CPool),
-                         ctypes.POINTER(_u64), _p, _n], ctypes.c_int),
-    "kvr_reader_read": ([_u64, ctypes.c_char_p, _p, _p, ctypes.c_int64, ctypes.POINTER(CReadResult), _p, _n],
+    "kvr_version": ([ctypes.POINTER(ctypes.c_int32)], ctypes.c_int),
+    "kvr_set_max_procs": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), _p, _n], ctypes.c_int),
+    "kvr_store_open": ([ctypes.c_char_p, ctypes.POINTER(_h), _p, _n], ctypes.c_int),
+    "kvr_store_close": ([_h, _p, _n], ctypes.c_int),
+    "kvr_reader_open": ([_h, ctypes.POINTER(CModel), ctypes.POINTER(CPlacement), ctypes.POINTER(CPool),
+                         ctypes.POINTER(_h), _p, _n], ctypes.c_int),
+    "kvr_reader_read": ([_h, ctypes.c_char_p, _p, _p, ctypes.c_int64, ctypes.POINTER(CReadResult), _p, _n],
                         ctypes.c_int),
-    "kvr_reader_close": ([_u64, _p, _n], ctypes.c_int),
+    "kvr_reader_close": ([_h, _p, _n], ctypes.c_int),
 }
 
 
@@ -172,26 +174,27 @@ class RawReader:
         for name, (args, res) in _SIGNATURES.items():
             f = getattr(self.lib, name)
             f.argtypes, f.restype = args, res
-        v = self.lib.kvr_version()
+        v = self.lib.kvr_version(None)
         if v != ABI_VERSION:
             raise RuntimeError("%s has C API version %d; the bench declares %d"
                                % (kv.library_path(), v, ABI_VERSION))
         self.err = ctypes.create_string_buffer(ERRLEN)
-        self.result = CReadResult()
+        self.result = CReadResult(ctypes.sizeof(CReadResult))
         self.store = self.reader = 0
         strs = [s.encode("utf-8") for s in (m.dtype, m.name, m.revision, m.namespace, m.fingerprint)]
-        self._model = CModel(m.layers, m.kv_heads, m.head_dim, m.v_head_dim or 0, m.page, int(m.mla), *strs,
-                             m.draft_layers)
+        self._model = CModel(ctypes.sizeof(CModel), m.layers, m.kv_heads, m.head_dim, m.v_head_dim or 0, m.page,
+                             int(m.mla), m.draft_layers, *strs)
         self._layers = None if place.pp_layers is None else (ctypes.c_int32 * place.pp)(*place.pp_layers)
         layers = None if self._layers is None else ctypes.cast(self._layers, ctypes.POINTER(ctypes.c_int32))
-        self._place = CPlacement(place.tp, place.pp, place.rank[0], place.rank[1], layers, place.cp,
-                                 place.cp_rank, place.cp_interleave)
+        self._place = CPlacement(ctypes.sizeof(CPlacement), place.tp, place.pp, place.rank[0], place.rank[1],
+                                 place.cp, place.cp_rank, place.cp_interleave, layers)
         # the pool's buffers, exported for as long as this reader lives
         self._keep = [(ctypes.c_char * n).from_buffer(r) for r, n in zip(pool.regions, pool.sizes)]
         self._bases = (ctypes.c_void_p * len(self._keep))(*(ctypes.addressof(k) for k in self._keep))
         self._sizes = (ctypes.c_uint64 * len(self._keep))(*pool.sizes)
-        self._pool = CPool(pool.layout.encode("utf-8"), len(self._keep), self._bases, self._sizes, pool.slots)
-        h = ctypes.c_uint64()
+        self._pool = CPool(ctypes.sizeof(CPool), len(self._keep), pool.layout.encode("utf-8"), self._bases,
+                           self._sizes, pool.slots)
+        h = _h()
         self._check("kvr_store_open",
                     self.lib.kvr_store_open(url.encode("utf-8"), ctypes.byref(h), self.err, ERRLEN))
         self.store = h.value
@@ -284,7 +287,7 @@ class _Server:
             w = time.perf_counter() - t
             t = time.perf_counter()
             for _ in range(n):
-                floor(0, p)
+                floor(0, p, err, ERRLEN)
             f = time.perf_counter() - t
             self.say({"round": i, "us": d / n * 1e6, "raw_us": w / n * 1e6, "floor_us": f / n * 1e6})
 
