@@ -151,6 +151,27 @@ func (l *Layout) String() string {
 	return fmt.Sprintf("%s %s%s { order %s%s }", l.Kind, l.Name, doc, l.Order(), writes)
 }
 
+// ElementOffset returns the offset, in elements, of one element in a
+// dense buffer of layout l: the modes in order, outermost first, each
+// taking extent(mode) values, the element's index on a mode being
+// index(its axis) divided by the split factor (outer half) or taken modulo
+// it (inner half). A buffer whose components are regions of their own (C
+// outermost, unpacked) gives C extent 1 and index 0.
+func (l *Layout) ElementOffset(extent func(Mode) int, index func(Axis) int) int {
+	off := 0
+	for _, m := range l.Modes {
+		idx := index(m.Axis)
+		switch m.Split {
+		case Outer:
+			idx /= m.Factor
+		case Inner:
+			idx %= m.Factor
+		}
+		off = off*extent(m) + idx
+	}
+	return off
+}
+
 // COuter reports whether C is the outermost axis, so that each component is
 // a block of its own (and K and V head dims may differ).
 func (l *Layout) COuter() bool { return len(l.Modes) > 0 && l.Modes[0].Axis == C }

@@ -46,35 +46,33 @@ func (p *place) extent(m ir.Mode, c int) int {
 // li, head index h, local token t, d).
 func (p *place) offset(c, li, h, t, d int) (region, off int) {
 	l := p.g.Layout
-	modes := l.Modes
-	if l.COuter() {
-		modes = modes[1:]
+	split := l.COuter() // each component a region of its own
+	if split {
 		region = c
 	}
-	for _, m := range modes {
-		var idx int
-		switch m.Axis {
+	off = l.ElementOffset(func(m ir.Mode) int {
+		if split && m.Axis == ir.C {
+			return 1
+		}
+		return p.extent(m, c)
+	}, func(a ir.Axis) int {
+		switch a {
 		case ir.C:
-			idx = c
+			if split {
+				return 0
+			}
+			return c
 		case ir.S:
-			idx = p.slot
+			return p.slot
 		case ir.L:
-			idx = li
+			return li
 		case ir.H:
-			idx = h
+			return h
 		case ir.T:
-			idx = t
-		case ir.D:
-			idx = d
+			return t
 		}
-		switch m.Split {
-		case ir.Outer:
-			idx /= m.Factor
-		case ir.Inner:
-			idx %= m.Factor
-		}
-		off = off*p.extent(m, c) + idx
-	}
+		return d
+	})
 	return region, off * p.g.Desc.ItemSize
 }
 

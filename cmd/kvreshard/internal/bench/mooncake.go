@@ -114,15 +114,11 @@ func (c *case70) mooncake(ctx context.Context, o *Options) ([]Figure, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute) // nothing waits for ever on the processes
 	defer cancel()
-	dir, err := os.MkdirTemp(o.TempDir, "kvreshard-bench-mooncake-")
+	dir, lib, err := env.workDir(ctx, o, "mooncake")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	lib, err := env.buildLib(ctx, dir)
-	if err != nil {
-		return nil, err
-	}
 	turns := 3 * c.sz.reps
 	args := []string{"-rn", "sh", "-c", netnsScript, "sh", env.python, "-m", "kvreshard.bench", "--mooncake",
 		"--pages", strconv.Itoa(c.sz.pages), "--turns", strconv.Itoa(turns)}

@@ -333,6 +333,19 @@ func pythonSkipped(reason string) []Figure {
 	}
 }
 
+// workDir makes a temporary directory for a step that runs Python (name
+// names it) and builds libkvreshard into it; the caller removes it.
+func (e pythonEnv) workDir(ctx context.Context, o *Options, name string) (dir, lib string, err error) {
+	if dir, err = os.MkdirTemp(o.TempDir, "kvreshard-bench-"+name+"-"); err != nil {
+		return "", "", err
+	}
+	if lib, err = e.buildLib(ctx, dir); err != nil {
+		os.RemoveAll(dir)
+		return "", "", err
+	}
+	return dir, lib, nil
+}
+
 // python measures python_vs_go_read and python_call_us: the resharded
 // read of the 70B case through the Python package (a process of python3
 // -m kvreshard.bench --serve over libkvreshard, built for the run from
@@ -347,15 +360,11 @@ func (c *case70) python(ctx context.Context, o *Options) ([]Figure, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute) // nothing waits for ever on the processes
 	defer cancel()
-	dir, err := os.MkdirTemp(o.TempDir, "kvreshard-bench-python-")
+	dir, lib, err := env.workDir(ctx, o, "python")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	lib, err := env.buildLib(ctx, dir)
-	if err != nil {
-		return nil, err
-	}
 	storeDir := filepath.Join(dir, "store")
 	st, err := filestore.Open(storeDir, filestore.Options{})
 	if err != nil {
