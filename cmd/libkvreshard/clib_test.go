@@ -86,6 +86,17 @@ func compileC(t *testing.T, lib, name string, srcs ...string) string {
 	return bin
 }
 
+// cProgram compiles the C test program, every .c file of testdata (its main
+// kvreshard_test.c and the kvr_test_*.c files by topic, which share
+// kvr_test.h), against the library and returns the executable's path.
+func cProgram(t *testing.T, lib string) string {
+	t.Helper()
+	srcs, err := filepath.Glob(filepath.Join("testdata", "*.c"))
+	require.NoError(t, err)
+	require.Contains(t, srcs, filepath.Join("testdata", "kvreshard_test.c"), "the C test program's main")
+	return compileC(t, lib, "kvreshard_test", srcs...)
+}
+
 // headerFunctions returns the functions kvreshard.h declares.
 func headerFunctions(t *testing.T) []string {
 	h, err := os.ReadFile("kvreshard.h")
@@ -185,20 +196,20 @@ func TestHeaderConstants(t *testing.T) {
 	require.Equal(t, headerConstants, got)
 }
 
-// cModel is the model of testdata/kvreshard_test.c, named with the
+// cModel is the model of the C test program (testdata/*.c), named with the
 // kvreshard command's defaults.
 var cModel = manifest.Model{Namespace: "kvreshard", ModelID: "model", Revision: "0", Descriptor: manifest.Descriptor{
 	Layers: []int{0, 1, 2, 3, 4, 5, 6}, KVHeads: 4, HeadDims: []int{8, 4}, Dtype: "fp32", ItemSize: 4, PageSize: 4}}
 
-// TestCProgram runs testdata/kvreshard_test.c against the file store in a
-// temporary directory: TP1/PP3 writers, TP2/PP2 readers, every element
-// checked against the program's own oracle, misses, bad arguments with
-// their exact messages, closed handles, four threads, and a forked child.
-// Then it checks, in Go, that the pages are where the kvreshard command's
-// read looks for them.
+// TestCProgram runs the C test program (testdata/*.c) against the file
+// store in a temporary directory: TP1/PP3 writers, TP2/PP2 readers, every
+// element checked against the program's own oracle, misses, bad arguments
+// with their exact messages, closed handles, four threads, and a forked
+// child. Then it checks, in Go, that the pages are where the kvreshard
+// command's read looks for them.
 func TestCProgram(t *testing.T) {
 	lib := buildLib(t)
-	bin := compileC(t, lib, "kvreshard_test", filepath.Join("testdata", "kvreshard_test.c"))
+	bin := cProgram(t, lib)
 	dir := t.TempDir()
 	out, err := exec.Command(bin, dir).CombinedOutput()
 	require.NoError(t, err, "kvreshard_test:\n%s", out)
@@ -221,7 +232,7 @@ func TestCProgram(t *testing.T) {
 // be loaded); it fails only when a call fails.
 func TestEmptyCallCost(t *testing.T) {
 	lib := buildLib(t)
-	bin := compileC(t, lib, "kvreshard_test", filepath.Join("testdata", "kvreshard_test.c"))
+	bin := cProgram(t, lib)
 	out, err := exec.Command(bin, "bench", "100000").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Regexp(t, `^empty kvr_reader_read: \d+ ns a call \(100000 calls\)\n$`, string(out))
@@ -233,7 +244,7 @@ func TestEmptyCallCost(t *testing.T) {
 // the default copy workers and with one. It asserts nothing about time.
 func TestReadBench(t *testing.T) {
 	lib := buildLib(t)
-	bin := compileC(t, lib, "kvreshard_test", filepath.Join("testdata", "kvreshard_test.c"))
+	bin := cProgram(t, lib)
 	url := "file://" + t.TempDir()
 	write70B(t, url, 1)
 	for _, args := range [][]string{{"readbench", url, "1", "2"}, {"readbench", url, "1", "1", "1"}} {
