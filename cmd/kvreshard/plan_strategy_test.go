@@ -112,7 +112,9 @@ func TestPlanStrategies(t *testing.T) {
 		{[]string{"--strategy", "scatter", "--transport", "rdma"}, "scatter", 16, 4},
 		{[]string{"--strategy", "scatter", "--transport", "rdma", "--max-segments", "1"}, "scatter", 48, 1},
 		{[]string{"--strategy", "staged", "--max-gap", "-1"}, "staged", 16, 0},
-		{[]string{"--strategy", "staged", "--max-gap", "-1", "--stage-bytes", "64"}, "staged", 16, 0},
+		// A staged read holds at most half the staging bound: 48 bytes.
+		{[]string{"--strategy", "staged", "--max-gap", "-1", "--stage-bytes", "96"}, "staged", 16, 0},
+		{[]string{"--strategy", "staged", "--max-gap", "-1", "--stage-bytes", "64"}, "staged", 24, 0},
 		{[]string{"--strategy", "staged", "--max-gap", "1000"}, "staged", 2, 0},
 		{[]string{"--strategy", "auto", "--transport", "redis"}, "", 0, 64},
 		{[]string{"--strategy", "auto", "--transport", "file"}, "", 0, 4},

@@ -105,8 +105,11 @@ type Options struct {
 	// MaxSegments bounds the destination segments of a scatter read (0:
 	// the transport's default; at most its SegmentLimit).
 	MaxSegments int
-	// StageBytes bounds the staging memory of a staged plan: one round of
-	// staging reads, and so one read (0: DefaultStageBytes).
+	// StageBytes bounds the staging memory of a staged plan: a round of
+	// staging reads holds at most half of it, so that a reader can read
+	// one round while it copies another, except a part read whole and
+	// copied by its kernel, which may take all of it (0:
+	// DefaultStageBytes).
 	StageBytes int
 	// MaxGap is the largest run of unneeded bytes a staged read may include
 	// between needed ones (0: what the transport moves in the time of one

@@ -59,8 +59,8 @@ func ParseStrategy(name string) (Strategy, error) {
 }
 
 // DefaultStageBytes is the default bound of a staged plan's staging
-// memory: it holds the two parts a TP 4 rank needs of a 70B-size page
-// written by TP 8 (2 x 2.5 MiB), three pages at a time.
+// memory: each half holds the two parts a TP 4 rank needs of a 70B-size
+// page written by TP 8 (2 x 2.5 MiB).
 const DefaultStageBytes = 16 << 20
 
 // stageAlign aligns staging offsets, so that copies out of the staging
@@ -254,14 +254,22 @@ func (p *Planner) scatter(d *Plan, ops []Op) *Plan {
 }
 
 // staged plans, part by part, reads of spans that bridge gaps of at most
-// MaxGap unneeded bytes and hold at most StageBytes; a part that needs one
-// span and whose unneeded head and tail are such gaps too is read whole
-// and copied by the kernel. Then it packs the reads into staging rounds.
-// With blocks, a read holds the whole checksum blocks (partsum.Block) of
-// its runs: a checked plan (Planner.Checked).
+// MaxGap unneeded bytes and hold at most half of StageBytes; a part that
+// needs one span and whose unneeded head and tail are such gaps too is
+// read whole (up to StageBytes) and copied by the kernel. Then it packs
+// the reads into staging rounds of at most half of StageBytes, or one
+// whole part. With blocks, a read holds the whole checksum blocks
+// (partsum.Block) of its runs: a checked plan (Planner.Checked).
+//
+// Halves, so that the staging bound holds two rounds of any page whose
+// parts are read in spans: a reader reads the next round into one half
+// while it checks and copies the last out of the other (package reshard
+// pipelines its batches so). A page of 20 MiB read in two spans of
+// 10 MiB was read and copied one span after the other.
 func (p *Planner) staged(m *manifest.Manifest, k *kernel.Kernels, d *Plan, ops []Op, blocks bool) *Plan {
 	bound, gap := p.opts.StageBytes, p.opts.MaxGap
-	split := bound - bound%p.geo.Desc.ItemSize
+	half := max(bound/2, p.geo.Desc.ItemSize)
+	split := half - half%p.geo.Desc.ItemSize
 	if blocks {
 		// A run widened to its blocks grows by less than a block at
 		// each end.
@@ -278,28 +286,30 @@ func (p *Planner) staged(m *manifest.Manifest, k *kernel.Kernels, d *Plan, ops [
 		}
 		n := len(pl.Reads)
 		ext := span{blocks: blocks, size: size}
-		pl.Reads = spans(pl.Reads, ops[a:b], a, bound, gap, ext)
 		// The unneeded bytes before and after the one span of a part are
 		// gaps too: when they are small, the read takes the whole part,
 		// and the pair's copy kernel, whose source is a whole part, moves
 		// it.
-		sp := pl.Reads[n]
-		if len(pl.Reads) == n+1 && size <= bound && sp.Src <= gap && size-sp.Src-sp.Len <= gap && k.Copy != nil {
-			if cp := p.partCopy(m, k, part); cp.bytes == need {
+		if whole := spans(pl.Reads, ops[a:b], a, bound, gap, ext); len(whole) == n+1 && size <= bound && k.Copy != nil {
+			sp := whole[n]
+			if cp := p.partCopy(m, k, part); sp.Src <= gap && size-sp.Src-sp.Len <= gap && cp.bytes == need {
 				if pl.copies == nil {
 					pl.copies = make([]*partCopy, len(m.Parts))
 				}
 				pl.copies[part] = cp
-				pl.Reads[n] = Read{Part: int32(part), Len: size, First: a, N: b - a, Kernel: true}
+				pl.Reads = append(whole[:n], Read{Part: int32(part), Len: size, First: a, N: b - a, Kernel: true})
+				a = b
+				continue
 			}
 		}
+		pl.Reads = spans(pl.Reads[:n], ops[a:b], a, half, gap, ext)
 		a = b
 	}
 	used := 0
 	for i := range pl.Reads {
 		r := &pl.Reads[i]
 		off := (used + stageAlign - 1) &^ (stageAlign - 1)
-		if off+r.Len > bound {
+		if off+r.Len > half && off > 0 {
 			pl.Rounds++
 			off = 0
 		}

@@ -281,10 +281,15 @@ func TestStrategies70B(t *testing.T) {
 		// spans; bridged, each part is one read, copied by the kernel.
 		{plan.Options{Strategy: plan.Staged, MaxGap: 10239}, 256, 2621440, 1, false},
 		{plan.Options{Strategy: plan.Staged, MaxGap: 10240}, 2, 2 * 2621440, 1, true},
-		// A bound of 51200 bytes holds 3 of the 128 chunks of 10240 needed
-		// bytes, 20480 apart, of a part: 42 reads of 3 and one of 2 a
-		// part, one round each.
-		{plan.Options{Strategy: plan.Staged, MaxGap: 10240, StageBytes: 51200}, 86, 2 * (42*51200 + 30720), 86, false},
+		// A bound of 102400 bytes reads at most its half at once, 51200
+		// bytes: 3 of the 128 chunks of 10240 needed bytes, 20480 apart,
+		// of a part: 42 reads of 3 and one of 2 a part, one round each.
+		{plan.Options{Strategy: plan.Staged, MaxGap: 10240, StageBytes: 102400}, 86, 2 * (42*51200 + 30720), 86, false},
+		// A bound of 51200: reads of 25600 bytes, a chunk, the gap and
+		// half of the next chunk, or the rest of a chunk, the gap and the
+		// next chunk: 2 reads for 3 chunks, 86 a part (the last reads the
+		// last chunk's rest alone).
+		{plan.Options{Strategy: plan.Staged, MaxGap: 10240, StageBytes: 51200}, 172, 2 * (85*25600 + 5120), 172, false},
 	} {
 		x.opts.Transport = &tr
 		m, p := c.planner(t, x.opts)

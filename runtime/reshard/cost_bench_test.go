@@ -32,9 +32,12 @@ var model8B = newModel("model-8b", 32, 8, []int{128, 128}, "bf16", 64)
 // time/checked time (the checksum_cost figures of kvreshard bench):
 //
 //   - whole: 4 pages of the 70B case written by TP8 in PLHD, read by rank
-//     0/0 of TP4/PP2 into page_first (two whole parts a page);
+//     0/0 of TP4/PP2 into page_first (half of two parts a page, which
+//     auto reads on the file store in spans of 10 KiB, 10 KiB apart);
 //   - range: 8 pages of the 8B case written by TP1 in PLHD, read by rank
-//     0 of TP2 into page_first (half of each part: runs of 1 KiB).
+//     0 of TP2 into page_first (half of each part: runs of 1 KiB);
+//   - range-70b: the same with 4 pages of the 70B case (20 MiB parts),
+//     as checksum_cost_range of kvreshard bench.
 func BenchmarkChecksumCost(b *testing.B) {
 	for _, c := range []struct {
 		name     string
@@ -45,6 +48,7 @@ func BenchmarkChecksumCost(b *testing.B) {
 	}{
 		{"whole", model70B, 4, placement.Topology{TP: 8, PP: 1}, placement.Topology{TP: 4, PP: 2}, false},
 		{"range", model8B, 8, placement.Topology{TP: 1, PP: 1}, placement.Topology{TP: 2, PP: 1}, false},
+		{"range-70b", model70B, 4, placement.Topology{TP: 1, PP: 1}, placement.Topology{TP: 2, PP: 1}, false},
 		{"range-redis", model8B, 8, placement.Topology{TP: 1, PP: 1}, placement.Topology{TP: 2, PP: 1}, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {

@@ -264,21 +264,24 @@ func (x *exec) view(v store.Viewer, i int, mk string) bool {
 	}
 	t, key := x.tpls[i], x.keys[i]
 	x.views = x.views[:0]
-	checked := -1 // the part last checked: a part's reads are neighbours
+	// A part's reads are neighbours: it is lent, and checked, once a page.
+	viewed := -1
+	var b []byte
 	for k := range t.Reads {
 		rd := &t.Reads[k]
-		b, err := v.ViewPart(x.ctx, key, int(rd.Part), mk)
+		var err error
+		if int(rd.Part) != viewed {
+			b, err = v.ViewPart(x.ctx, key, int(rd.Part), mk)
+			if err == nil && t.Checked && !x.r.lent.has(b, key) {
+				// A lent part is a whole part, data and trailer: check it
+				// whole, and not again once it passed.
+				x.queueCheck(checkJob{page: i, part: int(rd.Part), kind: checkLent, n: t.Manifest.PartBytes(int(rd.Part)), src: b})
+			}
+			viewed = int(rd.Part)
+		}
 		if err == nil && rd.Src+rd.Len > len(b) {
 			err = &store.RangeError{Key: key, Part: int(rd.Part), Off: rd.Src, Len: rd.Len,
 				Err: fmt.Errorf("past the end of the part (%d bytes)", len(b))}
-		}
-		if err == nil && t.Checked && int(rd.Part) != checked {
-			// A lent part is a whole part, data and trailer: check it
-			// whole, once a page, and not again once it passed.
-			if !x.r.lent.has(b, key) {
-				x.queueCheck(checkJob{page: i, part: int(rd.Part), kind: checkLent, n: t.Manifest.PartBytes(int(rd.Part)), src: b})
-			}
-			checked = int(rd.Part)
 		}
 		if err != nil {
 			x.q.dropFrom(i)

@@ -86,9 +86,15 @@ func TestStagedFailedReadReportsPrefix(t *testing.T) {
 		keys := content.PageKeys("staged-prefix", small.Domain(), 3)
 		writeAll(t, st, small, tp4pp1, "PLHD", keys)
 		// Rank 0/0 of TP 2 x PP 2 needs heads 0 and 1: parts 0 and 1, of
-		// 2304 bytes each, read whole.
+		// 2304 bytes each, read whole: a page a staging bound of 4608
+		// bytes, and a page a half of one of 9216 when batches are
+		// pipelined.
 		for _, w := range []int{1, 4} {
-			opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, StageBytes: 4608, MaxGap: 4096}, CopyWorkers: w}
+			bound := 4608
+			if w > 1 {
+				bound *= 2
+			}
+			opts := reshard.ReaderOptions{Plan: plan.Options{Strategy: plan.Staged, StageBytes: bound, MaxGap: 4096}, CopyWorkers: w}
 			for _, b := range []int{0, 1, 2} {
 				for _, k := range []int{0, 1} {
 					t.Run(fmt.Sprintf("%d workers/batch %d range %d", w, b, k), func(t *testing.T) {
