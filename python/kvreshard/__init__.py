@@ -53,17 +53,17 @@ the process that loaded the library), all KvreshardError. Every call
 releases the GIL.
 """
 
-import array
 import ctypes
 import enum
 import os
 from collections import namedtuple
-from itertools import accumulate
-from typing import Any, Iterable, List, NoReturn, Optional, Sequence, Tuple, Type, TypeVar
+from typing import Any, Iterable, List, Optional, Sequence, Type, TypeVar
 
-from . import _lib
+from . import _args, _lib, _types
+from ._args import Region  # the type of a pool region, kvreshard.Region
 from ._lib import (ForkError, InvalidArgument, KvreshardError, ManifestError,
                    StoreError)
+from ._types import DTYPES, Layout, Model, Placement, Pool
 
 __all__ = [
     "Store", "Model", "Placement", "Pool", "Writer", "Reader", "ReadResult",
@@ -71,14 +71,6 @@ __all__ = [
     "KvreshardError", "InvalidArgument", "StoreError", "ManifestError", "ForkError",
     "set_max_procs", "library_path", "layouts", "define_layout", "DTYPES",
 ]
-
-DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-
-_I32 = (1 << 31) - 1
-
-# A pool region: a writable C-contiguous buffer (numpy array, bytearray,
-# mmap), or an (address, nbytes) pair.
-Region = Any
 
 
 class WriteStatus(enum.IntEnum):
@@ -147,7 +139,7 @@ def set_max_procs(n: int) -> int:
     if n > bound:
         raise InvalidArgument("kvreshard: set_max_procs: n=%d is more than %d, the bound of GOMAXPROCS "
                               "(1024, or the CPUs when more)" % (n, bound), _lib.EINVAL)
-    n = _int32("set_max_procs: n", n, lo=-_I32)
+    n = _args.int32("set_max_procs: n", n, lo=-_args.I32)
     prev = ctypes.c_int32()
     err = _lib.errbuf()
     _lib.check(_lib.lib().kvr_set_max_procs(n, ctypes.byref(prev), err, _lib.ERRLEN), err)
@@ -165,89 +157,6 @@ def _max_procs() -> int:
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
     return max(_MAX_PROCS, cpus)
-
-
-def _int32(what: str, v: Any, lo: int = 0) -> int:
-    if isinstance(v, bool) or not hasattr(v, "__index__"):
-        raise TypeError("kvreshard: %s must be an int, not %s" % (what, type(v).__name__))
-    v = v.__index__()
-    if v < lo or v > _I32:
-        raise InvalidArgument("kvreshard: %s=%d is out of range" % (what, v), _lib.EINVAL)
-    return v
-
-
-def _str(what: str, v: Any) -> bytes:
-    if not isinstance(v, str):
-        raise TypeError("kvreshard: %s must be a str, not %s" % (what, type(v).__name__))
-    b = v.encode("utf-8")
-    if b"\0" in b:
-        raise InvalidArgument("kvreshard: %s contains a NUL byte" % what, _lib.EINVAL)
-    return b
-
-
-class _Frozen:
-    """An object whose attributes are set in __init__ only (by _init):
-    setting or deleting one afterwards raises AttributeError naming the
-    class, since the library has read them already."""
-
-    __slots__ = ()
-
-    def _init(self, **attrs: Any) -> None:
-        for name, value in attrs.items():
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value: Any) -> NoReturn:
-        raise AttributeError("kvreshard.%s is immutable: cannot set %s; make another %s"
-                             % (type(self).__name__, name, type(self).__name__))
-
-    def __delattr__(self, name: str) -> NoReturn:
-        raise AttributeError("kvreshard.%s is immutable: cannot delete %s" % (type(self).__name__, name))
-
-
-class Layout(_Frozen, str):
-    """A layout the library knows: a str, its name, with the read-only
-    attributes name, kind ("part": how a writer rank's share of a page lies
-    in the store; "pool": how a host pool holds its pages), order (its
-    axes, outermost first, as "C L H D/8 T D%8"; see kvreshard.h) and writes
-    (the part layout a pool's writers store pages in when they name none;
-    None for a part layout and for a pool that names none). So both
-    ``"PLHD" in kv.layouts()`` and ``[l.kind for l in kv.layouts()]``
-    work."""
-
-    # attributes of the str's __dict__, set once by __new__
-    _kind: str
-    _order: str
-    _writes: Optional[str]
-
-    def __new__(cls, name: str, kind: str, order: str, writes: Optional[str] = None) -> "Layout":
-        self = str.__new__(cls, name)
-        self._init(_kind=kind, _order=order, _writes=writes or None)
-        return self
-
-    def __getnewargs__(self) -> Tuple[str, str, str, Optional[str]]:
-        return str(self), self._kind, self._order, self._writes
-
-    @property
-    def name(self) -> str:
-        return str(self)
-
-    @property
-    def kind(self) -> str:
-        return self._kind
-
-    @property
-    def order(self) -> str:
-        return self._order
-
-    @property
-    def writes(self) -> Optional[str]:
-        return self._writes
-
-    def __repr__(self) -> str:
-        s = "Layout(%r, kind=%r, order=%r" % (str(self), self._kind, self._order)
-        if self._writes is not None:
-            s += ", writes=%r" % self._writes
-        return s + ")"
 
 
 def layouts() -> List[Layout]:
@@ -291,8 +200,9 @@ def define_layout(name: str, kind: str, order: str, writes: Optional[str] = None
     library knows is InvalidArgument naming both. Needs libkvreshard ABI
     2.1 (kvr_define_layout)."""
     f = _lib.function("kvr_define_layout", "define_layout()")
-    n, k, o = _str("layout name", name), _str("layout kind", kind), _str("layout order", order)
-    w = None if writes is None else _str("layout writes", writes)
+    n, k, o = (_args.cstr("layout name", name), _args.cstr("layout kind", kind),
+               _args.cstr("layout order", order))
+    w = None if writes is None else _args.cstr("layout writes", writes)
     err = _lib.errbuf()
     _lib.check(f(k, n, o, w, err, _lib.ERRLEN), err)
     for l in layouts():
@@ -367,7 +277,7 @@ class Store(_Handle):
     def __init__(self, url: str) -> None:
         self._h = 0
         self.url = url
-        b = _str("store url", url)
+        b = _args.cstr("store url", url)
         self._engine: Any = None
         if url[:11].lower() == "mooncake://":
             from . import mooncake
@@ -406,307 +316,6 @@ class Store(_Handle):
         return "Store(%r%s)" % (self.url, ", closed" if self.closed else "")
 
 
-class Model(_Frozen):
-    """The model whose KV pages are shared: the --model fields of the
-    command line. Pages are stored under the model domain, a digest of the
-    name, revision, namespace, fingerprint, dtype and shape (never of TP,
-    PP or layout). The defaults of name, revision and namespace are the
-    command line's, so that ``kvreshard read`` finds pages written here.
-
-    draft_layers: how many of the last of the layers are the draft layers
-    of speculative decoding (MTP) that a page holds after the model's own
-    (0 to layers; the --model flag's draft-layers). They enter the model
-    domain: pages with and without them never share a key.
-
-    Immutable (AttributeError on setting an attribute): make another."""
-
-    __slots__ = ("layers", "kv_heads", "head_dim", "v_head_dim", "page", "draft_layers", "mla", "dtype",
-                 "name", "revision", "namespace", "fingerprint", "_strs", "_c")
-    layers: int
-    kv_heads: int
-    head_dim: int
-    v_head_dim: Optional[int]
-    page: int
-    draft_layers: int
-    mla: bool
-    dtype: str
-    name: str
-    revision: str
-    namespace: str
-    fingerprint: str
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: str, page: int,
-                 v_head_dim: Optional[int] = None, mla: bool = False, name: str = "model", revision: str = "0",
-                 namespace: str = "kvreshard", fingerprint: str = "", draft_layers: int = 0) -> None:
-        ints = dict(layers=_int32("model layers", layers), kv_heads=_int32("model kv_heads", kv_heads),
-                    head_dim=_int32("model head_dim", head_dim),
-                    v_head_dim=None if v_head_dim is None else _int32("model v_head_dim", v_head_dim),
-                    page=_int32("model page", page), draft_layers=_int32("model draft_layers", draft_layers))
-        if not isinstance(mla, bool):
-            raise TypeError("kvreshard: model mla must be a bool, not %s" % type(mla).__name__)
-        if mla and v_head_dim is not None:
-            raise InvalidArgument("kvreshard: an mla model has one latent component; drop v_head_dim",
-                                  _lib.EINVAL)
-        strs = [_str("model " + f, v) for f, v in (
-            ("dtype", dtype), ("name", name), ("revision", revision),
-            ("namespace", namespace), ("fingerprint", fingerprint))]
-        self._init(mla=mla, dtype=dtype, name=name, revision=revision, namespace=namespace,
-                   fingerprint=fingerprint, _strs=strs, **ints)
-        s = strs
-        self._init(_c=_lib.sized(_lib.CModel, self.layers, self.kv_heads, self.head_dim, self.v_head_dim or 0,
-                                 self.page, int(mla), self.draft_layers, s[0], s[1], s[2], s[3], s[4]))
-
-    @property
-    def item_size(self) -> int:
-        """Bytes of one element (KeyError-free: 0 for an unknown dtype)."""
-        return DTYPES.get(self.dtype, 0)
-
-    def domain(self) -> str:
-        """The model domain: 64 hex digits (InvalidArgument for a bad model)."""
-        out = ctypes.create_string_buffer(80)
-        err = _lib.errbuf()
-        _lib.check(_lib.lib().kvr_model_domain(ctypes.byref(self._c), out, len(out), err, _lib.ERRLEN), err)
-        return out.value.decode("ascii")
-
-    def __repr__(self) -> str:
-        f = ["layers=%d" % self.layers, "kv_heads=%d" % self.kv_heads, "head_dim=%d" % self.head_dim]
-        if self.v_head_dim is not None:
-            f.append("v_head_dim=%d" % self.v_head_dim)
-        f += ["dtype=%r" % self.dtype, "page=%d" % self.page]
-        if self.mla:
-            f.append("mla=True")
-        if self.draft_layers:
-            f.append("draft_layers=%d" % self.draft_layers)
-        f += ["name=%r" % self.name, "revision=%r" % self.revision, "namespace=%r" % self.namespace]
-        if self.fingerprint:
-            f.append("fingerprint=%r" % self.fingerprint)
-        return "Model(%s)" % ", ".join(f)
-
-
-class Placement(_Frozen):
-    """A TP x PP x CP topology and this process's rank in it: rank is
-    (tp_rank, pp_rank) or (tp_rank, pp_rank, cp_rank). pp_layers lists the
-    layers of each PP stage, in order, summing to the model's layers; None
-    is kvreshard's even split (remainder to the first stages), which
-    differs from SGLang's and vLLM's: take the split from the framework.
-
-    Context parallelism: cp ranks hold a page's tokens, dealt in runs of
-    cp_interleave tokens round-robin, so that token p of a page belongs to
-    CP rank (p // cp_interleave) % cp and local token j of CP rank c is
-    token ((j // cp_interleave) * cp + c) * cp_interleave + j % cp_interleave
-    (SGLang's DCP: cp_interleave=1; vLLM: --cp-kv-cache-interleave-size;
-    page // cp: contiguous slices). The pool of a CP rank holds page // cp
-    tokens a page. The library checks the values (InvalidArgument naming
-    what is wrong) when a Writer or Reader opens.
-
-    Immutable (AttributeError on setting an attribute): make another."""
-
-    __slots__ = ("tp", "pp", "rank", "cp_rank", "cp", "cp_interleave", "pp_layers", "_layers", "_c")
-    tp: int
-    pp: int
-    rank: Tuple[int, ...]
-    cp_rank: int
-    cp: int
-    cp_interleave: int
-    pp_layers: Optional[Tuple[int, ...]]
-
-    def __init__(self, tp: int, pp: int, rank: Sequence[int] = (0, 0), pp_layers: Optional[Iterable[int]] = None,
-                 cp: int = 1, cp_interleave: int = 1) -> None:
-        tp = _int32("placement tp", tp)
-        pp = _int32("placement pp", pp)
-        try:
-            r = tuple(rank)
-        except TypeError:
-            r = ()
-        if len(r) not in (2, 3):
-            raise TypeError("kvreshard: placement rank must be a (tp_rank, pp_rank) or (tp_rank, pp_rank, "
-                            "cp_rank) tuple, not %r" % (rank,))
-        ranks = (_int32("placement tp_rank", r[0]), _int32("placement pp_rank", r[1]))
-        cp_rank = _int32("placement cp_rank", r[2]) if len(r) == 3 else 0
-        if len(r) == 3:
-            ranks += (cp_rank,)
-        cp = _int32("placement cp", cp, lo=-_I32)
-        cp_interleave = _int32("placement cp_interleave", cp_interleave, lo=-_I32)
-        split = None
-        layers = None
-        if pp_layers is not None:
-            split = tuple(_int32("placement pp_layers entry", x) for x in pp_layers)
-            if len(split) != pp:
-                raise InvalidArgument("kvreshard: placement pp_layers has %d entries; pp is %d"
-                                      % (len(split), pp), _lib.EINVAL)
-            layers = (ctypes.c_int32 * len(split))(*split)
-        self._init(tp=tp, pp=pp, rank=ranks, cp_rank=cp_rank, cp=cp, cp_interleave=cp_interleave,
-                   pp_layers=split, _layers=layers)
-        self._init(_c=_lib.sized(_lib.CPlacement, tp, pp, ranks[0], ranks[1], cp, cp_rank, cp_interleave,
-                                 ctypes.cast(layers, ctypes.POINTER(ctypes.c_int32))
-                                 if layers is not None else None))
-
-    def __repr__(self) -> str:
-        s = "Placement(tp=%d, pp=%d, rank=%r" % (self.tp, self.pp, self.rank)
-        if self.pp_layers is not None:
-            s += ", pp_layers=%r" % (list(self.pp_layers),)
-        if self.cp != 1 or self.cp_interleave != 1:
-            s += ", cp=%d, cp_interleave=%d" % (self.cp, self.cp_interleave)
-        return s + ")"
-
-
-def _region(i: int, r: Region) -> Tuple[int, int, Any]:
-    """(address, nbytes, keepalive) of pool region i."""
-    if isinstance(r, tuple):
-        if len(r) != 2:
-            raise InvalidArgument("kvreshard: pool region %d: a tuple must be (address, nbytes)" % i,
-                                  _lib.EINVAL)
-        addr, n = r
-        for what, v in (("address", addr), ("nbytes", n)):
-            if isinstance(v, bool) or not hasattr(v, "__index__"):
-                raise TypeError("kvreshard: pool region %d: %s must be an int, not %s"
-                                % (i, what, type(v).__name__))
-        addr, n = addr.__index__(), n.__index__()
-        if addr <= 0 or addr >= 1 << 64:
-            raise InvalidArgument("kvreshard: pool region %d: address %#x is not a valid address"
-                                  % (i, addr), _lib.EINVAL)
-        if n <= 0 or n >= 1 << 63:
-            raise InvalidArgument("kvreshard: pool region %d: nbytes=%d is not positive" % (i, n),
-                                  _lib.EINVAL)
-        return addr, n, None
-    try:
-        mv = memoryview(r)
-    except TypeError:
-        raise TypeError("kvreshard: pool region %d: %s is neither a buffer (numpy array, bytearray, "
-                        "mmap) nor an (address, nbytes) pair" % (i, type(r).__name__)) from None
-    with mv:
-        if mv.readonly:
-            raise InvalidArgument("kvreshard: pool region %d: the buffer is read-only" % i, _lib.EINVAL)
-        if not mv.c_contiguous:
-            raise InvalidArgument("kvreshard: pool region %d: the buffer is not C-contiguous" % i,
-                                  _lib.EINVAL)
-        n = mv.nbytes
-    if n == 0:
-        raise InvalidArgument("kvreshard: pool region %d: the buffer is empty" % i, _lib.EINVAL)
-    # from_buffer exports the buffer for as long as the ctypes object lives:
-    # a bytearray cannot be resized, an mmap not closed, while the pool holds it.
-    keep = (ctypes.c_char * n).from_buffer(r)
-    return ctypes.addressof(keep), n, keep
-
-
-class Pool(_Frozen):
-    """A rank's host pool: a pool layout (layer_first, page_first,
-    page_first_direct, page_head, or any pool layout of layouts(), as
-    define_layout makes them), its regions in order (K then V when the
-    layout has C outermost; else one region holding every component; one
-    for MLA), and the pages (slots) it holds. Only the rank's own layers,
-    heads and tokens are in it: with context parallelism of cp ranks a slot
-    holds page // cp tokens.
-
-    regions is kept as a tuple, which keeps the buffers alive; sizes are
-    their bytes. Immutable (AttributeError on setting an attribute): make
-    another."""
-
-    __slots__ = ("layout", "regions", "slots", "sizes", "_layout", "_keep", "_bases", "_sizes", "_c")
-    layout: str
-    regions: Tuple[Region, ...]
-    slots: int
-    sizes: Tuple[int, ...]
-
-    def __init__(self, layout: str, regions: Sequence[Region], slots: int) -> None:
-        b = _str("pool layout", layout)
-        if isinstance(regions, (bytes, bytearray, memoryview)) or not hasattr(regions, "__len__"):
-            raise TypeError("kvreshard: pool regions must be a list of regions, not %s"
-                            % type(regions).__name__)
-        if len(regions) == 0:
-            raise InvalidArgument("kvreshard: pool has no regions", _lib.EINVAL)
-        if isinstance(slots, bool) or not hasattr(slots, "__index__"):
-            raise TypeError("kvreshard: pool slots must be an int, not %s" % type(slots).__name__)
-        n = slots.__index__()
-        if n <= 0 or n >= 1 << 62:
-            raise InvalidArgument("kvreshard: pool slots=%d is not positive" % n, _lib.EINVAL)
-        rs = [_region(i, r) for i, r in enumerate(regions)]
-        sizes = tuple(size for _, size, _ in rs)
-        bases = (ctypes.c_void_p * len(rs))(*(a for a, _, _ in rs))
-        csizes = (ctypes.c_uint64 * len(rs))(*sizes)
-        self._init(layout=layout, _layout=b, slots=n, regions=tuple(regions), _keep=[k for _, _, k in rs],
-                   sizes=sizes, _bases=bases, _sizes=csizes,
-                   _c=_lib.sized(_lib.CPool, len(rs), b, bases, csizes, n))
-
-    def __repr__(self) -> str:
-        return "Pool(%r, %d regions of %s bytes, slots=%d)" % (
-            self.layout, len(self.sizes), "/".join(map(str, self.sizes)), self.slots)
-
-
-_EMPTY_OFFSETS = array.array("q", [0])
-
-
-def _keys(keys: Iterable[str]) -> Tuple[bytes, "array.array[int]", int]:
-    """keys, any iterable of str (read once), as one buffer and n+1
-    offsets. A key with a NUL byte is refused here, in the library's words
-    (the library refuses it too, and '_' and empty keys)."""
-    if isinstance(keys, (str, bytes)):
-        raise TypeError("kvreshard: keys must be a sequence of str, not one %s" % type(keys).__name__)
-    if not isinstance(keys, (list, tuple)):
-        keys = list(keys)
-    if not keys:
-        return b"", _EMPTY_OFFSETS, 0
-    try:
-        s = "".join(keys)
-    except TypeError:
-        bad = next(k for k in keys if not isinstance(k, str))
-        raise TypeError("kvreshard: keys must be str, not %s" % type(bad).__name__) from None
-    if "\0" in s:
-        i = next(i for i, k in enumerate(keys) if "\0" in k)
-        raise InvalidArgument("kvreshard: key %d contains a NUL byte" % i, _lib.EINVAL)
-    b = s.encode("utf-8")
-    if len(b) == len(s):  # ASCII (page hashes are hex): str lengths are byte lengths
-        return b, array.array("q", accumulate(map(len, keys), initial=0)), len(keys)
-    enc = [k.encode("utf-8") for k in keys]
-    return b, array.array("q", accumulate(map(len, enc), initial=0)), len(keys)
-
-
-def _slots(slots: Iterable[int], n: int) -> Tuple[Optional[int], Any]:
-    """slots as an address of n int64 values, and what keeps them alive.
-    slots is any iterable of ints, read once; a numpy array of integers is
-    converted at once, without a loop in Python."""
-    if n == 0 and isinstance(slots, (list, tuple)) and not slots:
-        return None, None
-    np = _numpy()
-    if np is not None and isinstance(slots, np.ndarray) and slots.dtype.kind != "O":
-        if slots.dtype.kind not in "iu":
-            raise TypeError("kvreshard: slots must be integers, not %s" % slots.dtype)
-        # before ascontiguousarray, which makes a 0-d array 1-d
-        if slots.ndim != 1:
-            raise InvalidArgument("kvreshard: slots must be one-dimensional", _lib.EINVAL)
-        a = np.ascontiguousarray(slots, dtype=np.int64)
-        if len(a) != n:
-            raise InvalidArgument("kvreshard: %d keys but %d slots" % (n, len(a)), _lib.EINVAL)
-        return a.ctypes.data if n else None, a
-    if isinstance(slots, (bytes, bytearray)):
-        # array.array would read their bytes as raw int64 values, not as
-        # the ints they hold
-        slots = iter(slots)
-    try:
-        a = array.array("q", slots)
-    except TypeError:
-        raise TypeError("kvreshard: slots must be a sequence of int") from None
-    except OverflowError:
-        raise InvalidArgument("kvreshard: a slot is out of range", _lib.EINVAL) from None
-    if len(a) != n:
-        raise InvalidArgument("kvreshard: %d keys but %d slots" % (n, len(a)), _lib.EINVAL)
-    return (a.buffer_info()[0] if n else None), a
-
-
-_np: Any = False
-
-
-def _numpy() -> Any:
-    global _np
-    if _np is False:
-        try:
-            import numpy
-            _np = numpy
-        except ImportError:
-            _np = None
-    return _np
-
-
 class Writer(_Handle):
     """Writes this rank's part of pages from its pool. part_layout is the
     layout of the part in the store (PLHD, LPHD, HPLD, or any part layout
@@ -722,12 +331,12 @@ class Writer(_Handle):
         _check_types(store, model, placement, pool)
         self.store, self.model, self.placement, self.pool = store, model, placement, pool
         self.part_layout = part_layout
-        pl = None if part_layout is None else _str("part_layout", part_layout)
+        pl = None if part_layout is None else _args.cstr("part_layout", part_layout)
         h = _lib.HANDLE()
         err = _lib.errbuf()
         _lib.check(_lib.lib().kvr_writer_open(
-            store._handle(), ctypes.byref(model._c), ctypes.byref(placement._c),
-            ctypes.byref(pool._c), pl, ctypes.byref(h), err, _lib.ERRLEN), err)
+            store._handle(), ctypes.byref(_types.c_struct(model)), ctypes.byref(_types.c_struct(placement)),
+            ctypes.byref(_types.c_struct(pool)), pl, ctypes.byref(h), err, _lib.ERRLEN), err)
         self._h = h.value
         self._write = _lib.lib().kvr_writer_write
 
@@ -741,8 +350,8 @@ class Writer(_Handle):
         page. keys is any iterable of str, slots any iterable of ints (a
         numpy array too), each read once. Raises only for bad arguments or
         a failed batch query."""
-        kb, off, n = _keys(keys)
-        sp, keep = _slots(slots, n)
+        kb, off, n = _args.pack_keys(keys)
+        sp, keep = _args.pack_slots(slots, n)
         st = ctypes.create_string_buffer(n or 1)
         err = _lib.errbuf()
         code = self._write(self._handle(), kb, off.buffer_info()[0], sp, n, st, err, _lib.ERRLEN)
@@ -783,15 +392,16 @@ class Reader(_Handle):
         if not isinstance(check_parts, bool):
             raise TypeError("kvreshard: check_parts must be a bool, not %s" % type(check_parts).__name__)
         opts = _lib.sized(
-            _lib.CReaderOptions, copy_workers=_opt("copy_workers", copy_workers, 32),
-            max_pages=_opt("max_pages", max_pages, 64), max_bytes=_opt("max_bytes", max_bytes, 64),
+            _lib.CReaderOptions, copy_workers=_args.opt_int("copy_workers", copy_workers, 32),
+            max_pages=_args.opt_int("max_pages", max_pages, 64),
+            max_bytes=_args.opt_int("max_bytes", max_bytes, 64),
             check_parts=int(check_parts))
         self.store, self.model, self.placement, self.pool = store, model, placement, pool
         h = _lib.HANDLE()
         err = _lib.errbuf()
         _lib.check(_lib.lib().kvr_reader_open(
-            store._handle(), ctypes.byref(model._c), ctypes.byref(placement._c),
-            ctypes.byref(pool._c), ctypes.byref(h), err, _lib.ERRLEN), err)
+            store._handle(), ctypes.byref(_types.c_struct(model)), ctypes.byref(_types.c_struct(placement)),
+            ctypes.byref(_types.c_struct(pool)), ctypes.byref(h), err, _lib.ERRLEN), err)
         self._h = h.value
         if opts.copy_workers or opts.max_pages or opts.max_bytes or opts.check_parts:
             code = _lib.lib().kvr_reader_set_options(self._h, ctypes.byref(opts), err, _lib.ERRLEN)
@@ -805,7 +415,7 @@ class Reader(_Handle):
     def exists(self, keys: Iterable[str]) -> int:
         """How many leading pages of keys (any iterable of str, read once)
         are complete in the store."""
-        kb, off, n = _keys(keys)
+        kb, off, n = _args.pack_keys(keys)
         out = ctypes.c_int64()
         err = _lib.errbuf()
         code = self._exists(self._handle(), kb, off.buffer_info()[0], n, ctypes.byref(out), err, _lib.ERRLEN)
@@ -821,8 +431,8 @@ class Reader(_Handle):
         API's KVR_ESTORE) is Stop.FAILED with the store's message, not a
         StoreError, because the pages before it were read in full: hit of
         them may be used. Raises only for bad arguments."""
-        kb, off, n = _keys(keys)
-        sp, keep = _slots(slots, n)
+        kb, off, n = _args.pack_keys(keys)
+        sp, keep = _args.pack_slots(slots, n)
         res = _lib.sized(_lib.CReadResult)
         err = _lib.errbuf()
         code = self._read(self._handle(), kb, off.buffer_info()[0], sp, n, ctypes.byref(res), err, _lib.ERRLEN)
@@ -835,19 +445,6 @@ class Reader(_Handle):
     def stats(self) -> ReaderStats:
         """The reader's counters (ReaderStats)."""
         return self._stats(_lib.CReaderStats, _lib.READER_STATS, ReaderStats)
-
-
-def _opt(what: str, v: Optional[int], bits: int) -> int:
-    """An optional int argument of the C API: None is 0; the library
-    checks the range it accepts and names the argument."""
-    if v is None:
-        return 0
-    if isinstance(v, bool) or not hasattr(v, "__index__"):
-        raise TypeError("kvreshard: %s must be an int or None, not %s" % (what, type(v).__name__))
-    v = v.__index__()
-    if not -(1 << bits - 1) <= v < 1 << bits - 1:
-        raise InvalidArgument("kvreshard: %s=%d is out of range" % (what, v), _lib.EINVAL)
-    return v
 
 
 def _check_types(store: Any, model: Any, placement: Any, pool: Any) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 import kvreshard as kv
 import oracle as o
-from kvreshard import _lib
+from kvreshard import _args, _lib
 
 M = dict(layers=4, kv_heads=2, head_dim=4, dtype="fp32", page=2)
 SP = o.Spec(4, 2, 4, "fp32", 2)
@@ -205,9 +205,9 @@ def test_keys_and_slots_of_any_iterable():
 def test_numpy_slots_stay_arrays():
     """A numpy array of slots is converted by numpy, not element by element."""
     a = np.arange(5, dtype=np.int32)[::-1]
-    addr, keep = kv._slots(a, 5)
+    addr, keep = _args.pack_slots(a, 5)
     assert isinstance(keep, np.ndarray) and keep.dtype == np.int64 and addr == keep.ctypes.data
     assert keep.tolist() == [4, 3, 2, 1, 0]
     b = np.arange(3, dtype=np.int64)
-    addr, keep = kv._slots(b, 3)
+    addr, keep = _args.pack_slots(b, 3)
     assert keep is b and addr == b.ctypes.data

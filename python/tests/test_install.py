@@ -36,8 +36,8 @@ def test_pip_install_offline(tmp_path):
                        env=env_without_lib(KVRESHARD_ROOT=ROOT), timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(x for x in os.listdir(target / "kvreshard") if x != "__pycache__") == [
-        "__init__.py", "__main__.py", "_lib.py", "bench.py", "demo.py", "libkvreshard.so", "mooncake.py",
-        "mooncake_local.py", "py.typed", "sglang"]
+        "__init__.py", "__main__.py", "_args.py", "_lib.py", "_types.py", "bench.py", "demo.py", "libkvreshard.so",
+        "mooncake.py", "mooncake_local.py", "py.typed", "sglang"]
     assert (target / "kvreshard" / "py.typed").read_bytes() == b""
     assert sorted(x for x in os.listdir(target / "kvreshard" / "sglang") if x != "__pycache__") == [
         "__init__.py", "binding.py", "compat.py", "storage.py"]
@@ -60,7 +60,7 @@ def test_imports_without_numpy_sglang_or_torch():
             "sys.modules['numpy'] = None\n"
             "import kvreshard, kvreshard.sglang as ks\n"
             "assert not ks.HAVE_SGLANG and 'torch' not in sys.modules\n"
-            "assert kvreshard._numpy() is None\n"
+            "assert kvreshard._args.numpy() is None\n"
             "print(ks.KvreshardStorage.__mro__[1].__name__)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")), timeout=120)
