@@ -307,6 +307,13 @@ class Store(_Handle):
         self.url = self._engine.name
         return self
 
+    @property
+    def engine(self) -> Any:
+        """The object engine the store runs on: a
+        kvreshard.mooncake.MooncakeEngine for a Mooncake store (its client,
+        and its counts of calls), None for the library's own stores."""
+        return self._engine
+
     def _handle(self) -> int:
         if not self._h:
             raise InvalidArgument("kvreshard: store %s is closed" % self.url, _lib.ECLOSED)

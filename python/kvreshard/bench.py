@@ -369,7 +369,7 @@ def mooncake_main(a):
     out = {"pages": n, "turns": turns, "page_bytes": page_bytes, "share": share, "segment": segment}
     with ml.Master() as master, ml.Holder(master, segment):
         st = kv.Store(master.url)
-        client = st._engine.client
+        client = st.engine.client
         m = model("bench-70b-mooncake")
         ks = {"PLHD": keys(n), "LPHD": ["l" + k for k in keys(n)]}
         t0 = time.perf_counter()
@@ -459,7 +459,7 @@ def mooncake_main(a):
         out["layouts"] = layouts
         rd.close()
         out["query"] = _query(st, client, qpages, max(20, turns * 5))
-        out["engine"] = dict(st._engine.counts)
+        out["engine"] = dict(st.engine.counts)
         client.unregister_buffer(base)
         st.close()
     print(json.dumps(out), flush=True)
