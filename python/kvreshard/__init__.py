@@ -265,8 +265,8 @@ class Store(_Handle):
     """An open store: file:///abs/dir, redis://host:port (Redis or Redis
     Cluster), mem:// or mem://name (in this process), or
     mooncake://HOST:PORT?... (Mooncake Store, whose master is at HOST:PORT:
-    a Mooncake client in this process; see kvreshard.mooncake for the
-    parameters). A context manager; close() it when done (writers and
+    a Mooncake client in this process; see kvreshard.mooncake_url for
+    the parameters). A context manager; close() it when done (writers and
     readers opened on it first).
 
     Store.from_mooncake(client) opens a store on a Mooncake client the
@@ -294,7 +294,7 @@ class Store(_Handle):
         up; the store does not close it. Close the client only after the
         store (and its writers and readers): Mooncake's client crashes the
         process when called after its close(). read_timeout_ms bounds a
-        read's wait for Mooncake (default 5000; see kvreshard.mooncake);
+        read's wait for Mooncake (default 5000; see kvreshard.mooncake_url);
         name names the store in messages (default mooncake://(client
         <its hostname>))."""
         from . import mooncake

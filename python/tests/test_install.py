@@ -37,7 +37,7 @@ def test_pip_install_offline(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(x for x in os.listdir(target / "kvreshard") if x != "__pycache__") == [
         "__init__.py", "__main__.py", "_args.py", "_lib.py", "_types.py", "bench.py", "demo.py", "libkvreshard.so",
-        "mooncake.py", "mooncake_local.py", "py.typed", "sglang"]
+        "mooncake.py", "mooncake_client.py", "mooncake_local.py", "mooncake_url.py", "py.typed", "sglang"]
     assert (target / "kvreshard" / "py.typed").read_bytes() == b""
     assert sorted(x for x in os.listdir(target / "kvreshard" / "sglang") if x != "__pycache__") == [
         "__init__.py", "binding.py", "compat.py", "storage.py"]
