@@ -1,7 +1,9 @@
 package compiler_test
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -64,6 +66,37 @@ func TestOrderParsersAgree(t *testing.T) {
 		accepted++
 	}
 	require.Greater(t, accepted, n/40)
+}
+
+// TestOrderErrorsAreKvlcs: an order text that ParseOrder refuses (what
+// define_layout from C and Python runs) fails with the errors kvlc gives
+// for the same layout in a .kvl file, in the same order; only positions
+// differ (columns of the order against lines and columns of the file).
+func TestOrderErrorsAreKvlcs(t *testing.T) {
+	firstAt := regexp.MustCompile(`first at [0-9]+:[0-9]+`)
+	for _, c := range []struct{ kind, order string }{
+		{"part", "C T T H D"}, {"part", "C S T L H D"}, {"part", "C T L H"}, {"part", "C L H D/8 T D%4"},
+		{"part", "C T L H Q"}, {"part", "C T L H D%8 D/8"}, {"part", "C T L H D D"}, {"part", "C T L H D/0 D%0"},
+		{"part", "c t l h d"}, {"part", "C T L H D extra"}, {"part", "C T/1 T%1 L H D"}, {"part", "C L/2 L%2 T H D"},
+		{"pool", "C T T H D"}, {"pool", "C T L H D"}, {"pool", "C S S T L H D"}, {"pool", "S C T L H D/8"},
+	} {
+		kvl := fmt.Sprintf("%s x {\n\torder %s\n}\n", c.kind, c.order)
+		_, err := dsl.Parse("x.kvl", []byte(kvl))
+		var list dsl.ErrorList
+		require.ErrorAs(t, err, &list, kvl)
+		var want []string
+		for _, e := range list {
+			want = append(want, firstAt.ReplaceAllString(e.Msg, "first at P"))
+		}
+		_, err = ir.ParseOrder(c.kind, "x", c.order)
+		var oe *ir.OrderError
+		require.ErrorAs(t, err, &oe, c.order)
+		var got []string
+		for _, e := range oe.Errs {
+			got = append(got, firstAt.ReplaceAllString(e.Msg, "first at P"))
+		}
+		require.Equal(t, want, got, "%s %q", c.kind, c.order)
+	}
 }
 
 // FuzzOrderParsersAgree: on any text, the IR's order parser and the .kvl

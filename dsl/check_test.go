@@ -267,9 +267,10 @@ func TestParseOrder(t *testing.T) {
 	require.Equal(t, "C S T L H D", l.OrderString())
 
 	tests := []struct{ kind, name, order, want string }{
-		{"part", "X", "C T L H Q", `layout "X": order "C T L H Q": column 9: unknown axis "Q"; axes are C, S, T, L, H, D (and 1 more error)`},
+		{"part", "X", "C T L H Q", `layout "X": order "C T L H Q": layout X is missing axis D; column 9: unknown axis "Q"; axes are C, S, T, L, H, D`},
 		{"part", "X", "C T L H", `layout "X": order "C T L H": layout X is missing axis D`},
-		{"part", "X", "C S T", `layout "X": order "C S T": column 3: part layout X has a slot axis S; only pool layouts have one (and 3 more errors)`},
+		{"part", "X", "C S T", `layout "X": order "C S T": layout X is missing axis L; layout X is missing axis H; layout X is missing axis D; column 3: part layout X has a slot axis S; only pool layouts have one`},
+		{"part", "X", "c t l h d", `layout "X": order "c t l h d": layout X is missing axis C; layout X is missing axis T; layout X is missing axis L; layout X is missing axis H (and 6 more errors)`},
 		{"pool", "X", "C T L H D", `layout "X": order "C T L H D": pool layout X has no slot axis S`},
 		{"part", "X", "", `layout "X": order "": order is empty`},
 		{"part", "X", "  // just a comment", `layout "X": order "  // just a comment": order is empty`},

@@ -113,8 +113,8 @@ func ParseOrder(kind, name, order string) (*Decl, error) {
 		return nil, fail(ErrorList{{Msg: "order is empty"}})
 	}
 	l := &Decl{Kind: kind, Name: name, Order: body.Modes}
-	// Errors about a mode come first: they are usually the cause of those
-	// about the whole layout (an unknown axis makes one missing).
+	// The errors come in kvlc's order for the same layout in a file: those
+	// about the whole layout (at its declaration) first.
 	if errs := checkLayout(l); len(errs) > 0 {
 		return nil, fail(errs)
 	}
@@ -129,8 +129,8 @@ type OrderError struct {
 	Errs ErrorList
 }
 
-// Error returns one line: the layout, the order, the first error and how
-// many more there are, worded as the IR's order parser words it.
+// Error returns one line: the layout, the order and its errors, worded as
+// the IR's order parser words them.
 func (e *OrderError) Error() string {
 	ie := &ir.OrderError{Kind: e.Kind, Name: e.Name, Order: e.Order}
 	for _, x := range e.Errs {

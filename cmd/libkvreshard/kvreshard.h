@@ -282,9 +282,10 @@ int kvr_layouts(char *out, size_t outlen, size_t *need, char *err, size_t errlen
  * not by name: a layout of another order than the built-ins' runs its
  * pairs on the interpreter.
  *
- * An invalid declaration is KVR_EINVAL with the message kvlc's checker
- * gives, as `layout "x": order "C T T H D": column 5: axis T appears twice
- * in layout x, first at 1:3 (and 1 more error)`. Defining a layout again
+ * An invalid declaration is KVR_EINVAL with the errors kvlc's checker
+ * gives for the same layout in a .kvl file, in its order, at columns of
+ * the order: `layout "x": order "C T T H D": layout x is missing axis L;
+ * column 5: axis T appears twice in layout x, first at 1:3`. Defining a layout again
  * with the same kind, order and writes does nothing and is KVR_OK; any
  * other declaration under the name of a layout the library knows is
  * KVR_EINVAL naming both. */

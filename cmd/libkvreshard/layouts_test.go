@@ -24,7 +24,7 @@ func TestLayoutsText(t *testing.T) {
 func TestDefineLayoutErrors(t *testing.T) {
 	before := layoutsText()
 	for _, c := range []struct{ kind, name, order, writes, msg string }{
-		{"part", "x", "C T T H D", "", `layout "x": order "C T T H D": column 5: axis T appears twice in layout x, first at 1:3 (and 1 more error)`},
+		{"part", "x", "C T T H D", "", `layout "x": order "C T T H D": layout x is missing axis L; column 5: axis T appears twice in layout x, first at 1:3`},
 		{"pool", "x", "C S T L H D", "nope", `layout "x": writes "nope", which is not a registered part layout (PLHD, LPHD, HPLD)`},
 		{"pool", "x", "C S T L H D", "layer_first", `layout "x": writes layer_first, a pool layout; a pool writes a part layout (PLHD, LPHD, HPLD)`},
 		{"part", "x", "C T L H D", "PLHD", `layout "x": a part layout writes no part layout (writes "PLHD")`},

@@ -89,35 +89,47 @@ func (e *OrderErr) Error() string {
 }
 
 // OrderError is the error of ParseOrder: the layout, its order, and every
-// error found in it, those at a position first.
+// error found in it, in the order kvlc gives them for the same layout in a
+// .kvl file (those about the whole layout first).
 type OrderError struct {
 	Kind, Name, Order string
 	Errs              []*OrderErr
 }
 
-// Error returns one line: the layout, the order, the first error and how
-// many more there are.
+// maxOrderErrs bounds the errors an OrderError's message lists.
+const maxOrderErrs = 4
+
+// Error returns one line: the layout, the order, and its errors, each as
+// kvlc words it, at a column of the order where it has one, separated by
+// "; ", the first maxOrderErrs of them and how many more there are.
 func (e *OrderError) Error() string {
-	msg := fmt.Sprintf("layout %q: order %q: ", e.Name, e.Order)
+	var b strings.Builder
+	fmt.Fprintf(&b, "layout %q: order %q: ", e.Name, e.Order)
 	if len(e.Errs) == 0 {
-		return msg + "invalid"
+		b.WriteString("invalid")
+		return b.String()
 	}
-	first := e.Errs[0]
-	switch {
-	case first.Pos.Line == 1:
-		msg += fmt.Sprintf("column %d: ", first.Pos.Column)
-	case first.Pos.Line > 1:
-		msg += fmt.Sprintf("line %d, column %d: ", first.Pos.Line, first.Pos.Column)
+	for i, err := range e.Errs {
+		if i == maxOrderErrs {
+			if n := len(e.Errs) - i; n == 1 {
+				b.WriteString(" (and 1 more error)")
+			} else {
+				fmt.Fprintf(&b, " (and %d more errors)", n)
+			}
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		switch {
+		case err.Pos.Line == 1:
+			fmt.Fprintf(&b, "column %d: ", err.Pos.Column)
+		case err.Pos.Line > 1:
+			fmt.Fprintf(&b, "line %d, column %d: ", err.Pos.Line, err.Pos.Column)
+		}
+		b.WriteString(err.Msg)
 	}
-	msg += first.Msg
-	switch n := len(e.Errs) - 1; n {
-	case 0:
-	case 1:
-		msg += " (and 1 more error)"
-	default:
-		msg += fmt.Sprintf(" (and %d more errors)", n)
-	}
-	return msg
+	return b.String()
 }
 
 // ParseLayout parses and checks one layout from its order text, as a
@@ -302,7 +314,7 @@ var keywords = map[string]bool{"part": true, "pool": true, "order": true, "write
 // factor, every axis once (S in a pool only), and each split axis's two
 // halves, outer first, with one factor. Errors about a mode are at its
 // position, those about the whole layout at d.Pos. They are sorted by
-// position, those at no position last, each group in the order found.
+// position, those at no position first, each group in the order found.
 // It is the one checker of orders: package dsl checks .kvl layouts with it.
 func CheckOrder(d *OrderDecl) []*OrderErr {
 	var errs []*OrderErr
@@ -415,12 +427,14 @@ func CheckOrder(d *OrderDecl) []*OrderErr {
 			}
 		}
 	}
-	// By position, then the errors about the whole layout, each group in
-	// the order found.
+	// The errors about the whole layout first, where a .kvl file has its
+	// declaration, before its modes; then by position; each group in the
+	// order found. So an order text (ParseOrder) gives its errors in the
+	// order kvlc gives them for the same layout in a file.
 	sort.SliceStable(errs, func(i, j int) bool {
 		a, b := errs[i].Pos, errs[j].Pos
 		if (a.Line == 0) != (b.Line == 0) {
-			return b.Line == 0
+			return a.Line == 0
 		}
 		if a.Line != b.Line {
 			return a.Line < b.Line

@@ -35,7 +35,10 @@ func TestCheckOrderAtDeclaration(t *testing.T) {
 		"3:3: axis L appears twice in layout x, first at 3:1",
 		"3:7: D%8 must come after D/8",
 	}, got)
+	// At no position (an order text's), they still come first, as a
+	// declaration comes before its modes in a .kvl file.
 	d.Pos = ir.Pos{}
-	require.Equal(t, "pool layout x has no slot axis S", ir.CheckOrder(d)[5].Error())
+	require.Equal(t, "pool layout x has no slot axis S", ir.CheckOrder(d)[0].Error())
+	require.Equal(t, "2:20: whole axis C has a split factor 4", ir.CheckOrder(d)[3].Error())
 	require.True(t, ir.Splittable("T") && ir.Splittable("D") && !ir.Splittable("L"))
 }

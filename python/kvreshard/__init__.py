@@ -193,9 +193,11 @@ def define_layout(name: str, kind: str, order: str, writes: Optional[str] = None
     Pairs with it run on the library's interpreter (no generated kernels;
     ReaderStats.fallbacks counts them).
 
-    An invalid declaration is InvalidArgument (a ValueError) with kvlc's
-    message, as 'layout "x": order "C T T H D": column 5: axis T appears
-    twice in layout x, first at 1:3 (and 1 more error)'. Defining a layout
+    An invalid declaration is InvalidArgument (a ValueError) with the
+    errors kvlc gives for the same layout in a .kvl file, in its order, at
+    columns of the order: 'layout "x": order "C T T H D": layout x is
+    missing axis L; column 5: axis T appears twice in layout x, first at
+    1:3'. Defining a layout
     again as it is returns it; another declaration under a name the
     library knows is InvalidArgument naming both. Needs libkvreshard ABI
     2.1 (kvr_define_layout)."""

@@ -120,7 +120,7 @@ def test_define_layout():
 
 @pytest.mark.parametrize("name,kind,order,writes,msg", [
     ("x", "part", "C T T H D", None,
-     'layout "x": order "C T T H D": column 5: axis T appears twice in layout x, first at 1:3 (and 1 more error)'),
+     'layout "x": order "C T T H D": layout x is missing axis L; column 5: axis T appears twice in layout x, first at 1:3'),
     ("x", "part", "C S T L H D", None,
      'layout "x": order "C S T L H D": column 3: part layout x has a slot axis S; only pool layouts have one'),
     ("x", "pool", "", None, 'layout "x": order "": order is empty'),

@@ -58,7 +58,7 @@ func TestRegisterLayoutErrors(t *testing.T) {
 		want string
 	}{
 		{kernel.LayoutDecl{Kind: "part", Name: name, Order: "C T T H D"},
-			fmt.Sprintf(`layout %q: order "C T T H D": column 5: axis T appears twice in layout %s, first at 1:3 (and 1 more error)`, name, name)},
+			fmt.Sprintf(`layout %q: order "C T T H D": layout %s is missing axis L; column 5: axis T appears twice in layout %s, first at 1:3`, name, name, name)},
 		{kernel.LayoutDecl{Kind: "part", Name: name, Order: "C S T L H D"},
 			fmt.Sprintf(`layout %q: order "C S T L H D": column 3: part layout %s has a slot axis S; only pool layouts have one`, name, name)},
 		{kernel.LayoutDecl{Kind: "pool", Name: name, Order: ""},

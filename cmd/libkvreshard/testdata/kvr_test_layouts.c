@@ -150,8 +150,8 @@ void test_layouts(kvr_store *st) {
     /* Declarations refused, with kvlc's words. */
     rc = kvr_define_layout("part", "x", "C T T H D", NULL, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err,
-              "layout \"x\": order \"C T T H D\": column 5: axis T appears twice in layout x, first at 1:3 (and 1 "
-              "more error)");
+              "layout \"x\": order \"C T T H D\": layout x is missing axis L; column 5: axis T appears twice in "
+              "layout x, first at 1:3");
     rc = kvr_define_layout("part", "x", "C S T L H D", NULL, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err,
               "layout \"x\": order \"C S T L H D\": column 3: part layout x has a slot axis S; only pool layouts "
