@@ -498,6 +498,10 @@ typedef struct {
     int32_t copy_workers;
     int64_t max_pages, max_bytes;
     int32_t check_parts;
+    /* 0. Where a later minor puts its next field, which a library that
+     * does not know it must see (the struct would have 4 bytes of padding
+     * here otherwise, which the library could not tell from a field). */
+    int32_t reserved;
 } kvr_reader_options;
 
 /* kvr_reader_set_options sets the reader's options, from its next call on

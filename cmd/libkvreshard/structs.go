@@ -33,13 +33,23 @@ var firstSizes = map[string]uintptr{
 	"kvr_writer_stats":   unsafe.Offsetof(C.kvr_writer_stats{}.bytes) + unsafe.Sizeof(C.kvr_writer_stats{}.bytes),
 }
 
+// lastEnd returns the end of the last field this library reads or writes
+// of the growing struct name: bytes from there on are a newer header's.
+// No struct has grown since ABI 2.0, so it is each one's first size; a
+// minor that adds a field returns its end here. Room past it within the
+// struct (kvr_reader_options' reserved) is checked as a field this library
+// does not know, so that a later minor cannot put a field where an older
+// library would not see it.
+func lastEnd(name string) uintptr { return firstSizes[name] }
+
 // structSize returns the size field of the growing struct at p.
 func structSize(p unsafe.Pointer) uintptr { return uintptr(*(*uint32)(p)) }
 
 // checkSize checks the size field of a growing struct at p, called name,
-// which this library knows as known bytes: at least its first version's,
-// at most maxStructSize, and, for an input, any bytes past known 0 (a
-// field of a newer header this library does not have).
+// which this library knows as known bytes (its sizeof): at least its first
+// version's, at most maxStructSize, and, for an input, any bytes past the
+// last field this library reads 0 (a field of a newer header this library
+// does not have).
 func checkSize(p unsafe.Pointer, known uintptr, name string, input bool) (uintptr, error) {
 	size := structSize(p)
 	switch {
@@ -48,10 +58,10 @@ func checkSize(p unsafe.Pointer, known uintptr, name string, input bool) (uintpt
 	case size > maxStructSize:
 		return 0, invalidf("%s.size is %d, more than %d", name, size, maxStructSize)
 	}
-	if input && size > known {
-		for i, b := range unsafe.Slice((*byte)(p), size)[known:] {
+	if end := lastEnd(name); input && size > end {
+		for i, b := range unsafe.Slice((*byte)(p), size)[end:] {
 			if b != 0 {
-				return 0, invalidf("%s byte %d is %d: a field this library (ABI %d.%d) does not know is set", name, known+uintptr(i), b, abiVersion, abiMinor)
+				return 0, invalidf("%s byte %d is %d: a field this library (ABI %d.%d) does not know is set", name, end+uintptr(i), b, abiVersion, abiMinor)
 			}
 		}
 	}

@@ -144,6 +144,7 @@ class CReaderOptions(ctypes.Structure):
         ("max_pages", ctypes.c_int64),
         ("max_bytes", ctypes.c_int64),
         ("check_parts", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
     ]
 
 

@@ -281,6 +281,19 @@ void test_layouts(kvr_store *st) {
  * growing structs: too small, past what the library knows (0, or a field
  * of a newer header it cannot honour), and outputs of a newer header's
  * size, whose unknown bytes get 0. */
+/* END_IS_SIZE: the last field of a growing struct ends where the struct
+ * does, so that no padding lies where a later minor would put a field
+ * that this library could not tell from padding. */
+#define END_IS_SIZE(T, last) ((offsetof(T, last) + sizeof(((T *)0)->last)) == sizeof(T))
+_Static_assert(END_IS_SIZE(kvr_model, fingerprint), "kvr_model ends in padding");
+_Static_assert(END_IS_SIZE(kvr_placement, pp_layers), "kvr_placement ends in padding");
+_Static_assert(END_IS_SIZE(kvr_pool, slots), "kvr_pool ends in padding");
+_Static_assert(END_IS_SIZE(kvr_reader_options, reserved), "kvr_reader_options ends in padding");
+_Static_assert(END_IS_SIZE(kvr_engine, lease_ms), "kvr_engine ends in padding");
+_Static_assert(END_IS_SIZE(kvr_read_result, ops), "kvr_read_result ends in padding");
+_Static_assert(END_IS_SIZE(kvr_reader_stats, checksum_errors), "kvr_reader_stats ends in padding");
+_Static_assert(END_IS_SIZE(kvr_writer_stats, bytes), "kvr_writer_stats ends in padding");
+
 void test_abi(kvr_store *st) {
     int32_t minor = -1;
     CHECK(kvr_version(&minor) == KVR_ABI_VERSION && minor == KVR_ABI_MINOR, "library version %d.%d, header %d.%d",

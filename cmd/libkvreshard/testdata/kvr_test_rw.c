@@ -207,6 +207,11 @@ void test_options(kvr_store *st) {
     rc = kvr_reader_set_options(r, &grown.o, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "kvr_reader_options byte 32 is 7: a field this library (ABI 2.1) does not know is set");
     grown.newer = 0;
+    /* The reserved field is where ABI 2.2 would put its next field. */
+    grown.o.reserved = 1;
+    rc = kvr_reader_set_options(r, &grown.o, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "kvr_reader_options byte 28 is 1: a field this library (ABI 2.1) does not know is set");
+    grown.o.reserved = 0;
     rc = kvr_reader_set_options(r, &grown.o, err, sizeof err);
     CHECK_MSG(rc, KVR_OK, err, "");
     rc = kvr_reader_set_options(r, NULL, err, sizeof err);
