@@ -16,7 +16,7 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/plan"
 )
 
-func benchCmd(args []string, stdout, stderr io.Writer) error {
+func benchCmd(_ env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", stderr)
 	quick := fs.Bool("quick", false, "fewer pages and repetitions (about ten seconds)")
 	asJSON := fs.Bool("json", false, `print {"machine":{...},"figures":[...]} instead of the table`)

@@ -25,7 +25,7 @@ import (
 // that differ.
 const demoModel = "layers=12,kv-heads=4,head-dim=64,v-head-dim=32,dtype=bf16,page=16,name=demo"
 
-func demoCmd(args []string, stdout, stderr io.Writer) error {
+func demoCmd(e env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", stderr)
 	storeURL := fs.String("store", "", "store `URL` (default: a file store in a new temporary directory)")
 	pages := intFlag(fs, "pages", 16, "`pages` per writer layout")
@@ -42,7 +42,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	d := &ms.model.Descriptor
-	if err := checkPages("--pages", *pages, d.PageBytes()); err != nil {
+	if err := e.checkPages("--pages", *pages, d.PageBytes()); err != nil {
 		return err
 	}
 	ctx := context.Background()
@@ -62,7 +62,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) error {
 	if err := applyCosts(&ropts.Plan, *costs); err != nil {
 		return err
 	}
-	st, err := openStore(ctx, url)
+	st, err := e.openStore(ctx, url)
 	if err != nil {
 		return err
 	}

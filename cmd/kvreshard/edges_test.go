@@ -37,7 +37,13 @@ func memStore(t *testing.T) string {
 // exactly the one line "kvreshard <command>: msg" on stderr.
 func wantUsage(t *testing.T, msg string, args ...string) {
 	t.Helper()
-	code, stdout, stderr := runArgs(args...)
+	wantUsageIn(t, hostEnv, msg, args...)
+}
+
+// wantUsageIn is wantUsage with the command run in e.
+func wantUsageIn(t *testing.T, e env, msg string, args ...string) {
+	t.Helper()
+	code, stdout, stderr := runIn(e, args...)
 	require.Equal(t, 2, code, "%v: %s", args, stderr)
 	require.Empty(t, stdout, "%v", args)
 	require.Equal(t, "kvreshard "+args[0]+": "+msg+"\n", stderr, "%v", args)
@@ -104,12 +110,12 @@ func TestManifestTooLarge(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 }
 
-// setMemory makes the --pages guard see avail bytes of available memory
-// for the rest of the test.
-func setMemory(t *testing.T, avail int) {
-	old := availableMemory
-	availableMemory = func() int { return avail }
-	t.Cleanup(func() { availableMemory = old })
+// withMemory is this machine with avail bytes of memory available, as the
+// --pages guard sees it.
+func withMemory(avail int) env {
+	e := hostEnv
+	e.memAvailable = func() int { return avail }
+	return e
 }
 
 // Issue 14, item 11: the --pages guard compares with MemAvailable, not
@@ -134,7 +140,7 @@ Buffers:          102400 kB
 func TestPagesGuard(t *testing.T) {
 	url := memStore(t)
 	const avail = 64 << 20
-	setMemory(t, avail)
+	e := withMemory(avail)
 	const model = "layers=4,kv-heads=4,head-dim=8,dtype=fp32,page=16" // 16384 bytes a page
 	for _, c := range []struct {
 		args      []string
@@ -145,15 +151,14 @@ func TestPagesGuard(t *testing.T) {
 		{[]string{"demo", "--store", url}, 147456},
 	} {
 		pages := avail/c.pageBytes + 1
-		wantUsage(t, fmt.Sprintf("--pages %d: %d pages of %d bytes do not fit in the %d bytes of memory available", pages, pages, c.pageBytes, avail),
+		wantUsageIn(t, e, fmt.Sprintf("--pages %d: %d pages of %d bytes do not fit in the %d bytes of memory available", pages, pages, c.pageBytes, avail),
 			append(c.args, "--pages", strconv.Itoa(pages))...)
 	}
-	code, stdout, stderr := runArgs("read", "--store", url, "--model", model, "--dst", "tp=2,rank=1/0,layout=page_first", "--pages", strconv.Itoa(avail/8192))
+	code, stdout, stderr := runIn(e, "read", "--store", url, "--model", model, "--dst", "tp=2,rank=1/0,layout=page_first", "--pages", strconv.Itoa(avail/8192))
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "read 0 of 8192 pages: ")
 
-	setMemory(t, 100000)
-	wantUsage(t, "--pages 1: 1 page of 147456 bytes does not fit in the 100000 bytes of memory available", "demo", "--store", url, "--pages", "1")
+	wantUsageIn(t, withMemory(100000), "--pages 1: 1 page of 147456 bytes does not fit in the 100000 bytes of memory available", "demo", "--store", url, "--pages", "1")
 }
 
 // Issue 14, item 12: usage errors exit 2 with one line.
@@ -415,7 +420,7 @@ func (w *failWriter) Write(p []byte) (int, error) {
 func TestDemoOutputError(t *testing.T) {
 	url := memStore(t)
 	var stderr strings.Builder
-	code := run([]string{"demo", "--store", url, "--pages", "1"}, &failWriter{n: 3}, &stderr)
+	code := run(hostEnv, []string{"demo", "--store", url, "--pages", "1"}, &failWriter{n: 3}, &stderr)
 	require.Equal(t, 1, code)
 	require.Equal(t, "kvreshard demo: stdout is closed\n", stderr.String())
 }
@@ -455,17 +460,9 @@ func TestReadEvictedAfterQuery(t *testing.T) {
 	code, _, stderr := runArgs("write", "--store", url, "--model", model, "--src", "tp=2,layout=PLHD", "--pages", "1")
 	require.Equal(t, 0, code, stderr)
 
-	old := storeOpen
-	t.Cleanup(func() { storeOpen = old })
-	storeOpen = func(ctx context.Context, u string) (store.Store, error) {
-		st, err := old(ctx, u)
-		if err != nil {
-			return nil, err
-		}
-		return &evictAfterQuery{Store: st, like: keys[0], evict: keys[1]}, nil
-	}
+	e := wrapStores(func(st store.Store) store.Store { return &evictAfterQuery{Store: st, like: keys[0], evict: keys[1]} })
 	for _, strategy := range []string{"direct", "staged"} {
-		code, stdout, stderr := runArgs("read", "--store", url, "--model", model, "--dst", "tp=1,rank=0/0,layout=page_first", "--pages", "3",
+		code, stdout, stderr := runIn(e, "read", "--store", url, "--model", model, "--dst", "tp=1,rank=0/0,layout=page_first", "--pages", "3",
 			"--verify", "--strategy", strategy)
 		require.Equal(t, 0, code, stderr)
 		require.Empty(t, stderr)

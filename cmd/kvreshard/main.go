@@ -36,17 +36,31 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/kvreshard/kvreshard/runtime/store"
+
 	_ "github.com/kvreshard/kvreshard/layouts"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(hostEnv, os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// env is what the commands take from where they run: how stores are
+// opened, and the memory available to them. main runs them in hostEnv;
+// tests give their own (a store that fails, a configured memory).
+type env struct {
+	open         func(ctx context.Context, url string) (store.Store, error)
+	memAvailable func() int // bytes; 0 when unknown
+}
+
+// hostEnv is this machine's: store.Open, and MemAvailable of /proc/meminfo.
+var hostEnv = env{open: store.Open, memAvailable: availableMemory}
 
 const usage = `usage: kvreshard <command> [flags]
 
@@ -60,12 +74,12 @@ commands:
 run 'kvreshard <command> -h' for a command's flags
 `
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(e env, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	cmds := map[string]func([]string, io.Writer, io.Writer) error{
+	cmds := map[string]func(env, []string, io.Writer, io.Writer) error{
 		"plan":  planCmd,
 		"demo":  demoCmd,
 		"write": writeCmd,
@@ -81,7 +95,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvreshard: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
-	err := cmd(args[1:], stdout, stderr)
+	err := cmd(e, args[1:], stdout, stderr)
 	var ue *usageError
 	switch {
 	case err == nil:

@@ -165,7 +165,7 @@ func setupPlan(modelFlag, srcFlag, dstFlag, kvl string, opts plan.Options) (*pla
 	return s, nil
 }
 
-func planCmd(args []string, stdout, stderr io.Writer) error {
+func planCmd(_ env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("plan", stderr)
 	model := fs.String("model", "", "the model: layers=12,kv-heads=4,head-dim=8,v-head-dim=8,dtype=fp32,page=16")
 	src := fs.String("src", "", "the writer topology: tp=1,pp=3,layout=PLHD[,pp-layers=5/4/3][,cp=2,cp-interleave=1]")

@@ -53,9 +53,10 @@ func TestReadJSONVerified(t *testing.T) {
 	keys := content.PageKeys("kvreshard", ms.model.Domain(), 3)
 	code, _, stderr := runArgs("write", "--store", url, "--model", model, "--src", "tp=2,layout=PLHD", "--pages", "2")
 	require.Equal(t, 0, code, stderr)
+	e := hostEnv
 	read := func(t *testing.T, pages string, more ...string) (int, string, string) {
 		t.Helper()
-		code, stdout, stderr := runArgs(append([]string{"read", "--store", url, "--model", model, "--dst", "tp=1,rank=0/0,layout=page_first",
+		code, stdout, stderr := runIn(e, append([]string{"read", "--store", url, "--model", model, "--dst", "tp=1,rank=0/0,layout=page_first",
 			"--pages", pages, "--strategy", "direct", "--json"}, more...)...)
 		require.Len(t, timings.FindAllString(stdout, -1), 1, stdout)
 		return code, timings.ReplaceAllString(stdout, `"seconds":S,"gbps":G,`), stderr
@@ -88,15 +89,8 @@ func TestReadJSONVerified(t *testing.T) {
 	// A read that fails at the second page: exit 1, the first page read
 	// and verified, the read not.
 	t.Run("a failed read", func(t *testing.T) {
-		old := storeOpen
-		t.Cleanup(func() { storeOpen = old })
-		storeOpen = func(ctx context.Context, u string) (store.Store, error) {
-			st, err := old(ctx, u)
-			if err != nil {
-				return nil, err
-			}
-			return &failReadsOf{Store: st, key: keys[1]}, nil
-		}
+		e = wrapStores(func(st store.Store) store.Store { return &failReadsOf{Store: st, key: keys[1]} })
+		t.Cleanup(func() { e = hostEnv })
 		code, stdout, stderr := read(t, "2", "--verify")
 		require.Equal(t, 1, code, stderr)
 		require.Equal(t, `{"requested":2,"hit":1,"verified":false,"bytes":256,"ops":16,"seconds":S,"gbps":G,"interpreter_plans":0,"stop":"page `+

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -19,14 +20,34 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/kernel"
 	"github.com/kvreshard/kvreshard/runtime/placement"
 	"github.com/kvreshard/kvreshard/runtime/plan"
+	"github.com/kvreshard/kvreshard/runtime/store"
 )
 
-// runArgs runs the command line args and returns its exit code, stdout and
-// stderr.
+// runArgs runs the command line args on this machine and returns its
+// exit code, stdout and stderr.
 func runArgs(args ...string) (int, string, string) {
+	return runIn(hostEnv, args...)
+}
+
+// runIn runs the command line args in e and returns its exit code, stdout
+// and stderr.
+func runIn(e env, args ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
-	code := run(args, &stdout, &stderr)
+	code := run(e, args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
+}
+
+// wrapStores is this machine with every store it opens wrapped by wrap.
+func wrapStores(wrap func(store.Store) store.Store) env {
+	e := hostEnv
+	e.open = func(ctx context.Context, u string) (store.Store, error) {
+		st, err := store.Open(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(st), nil
+	}
+	return e
 }
 
 // keysOf returns the keys of a JSON object.

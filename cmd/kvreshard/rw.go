@@ -19,20 +19,17 @@ import (
 
 // openStore opens a store URL: a malformed URL is a usage error (exit 2),
 // a store that cannot be reached a failure (exit 1).
-func openStore(ctx context.Context, url string) (store.Store, error) {
+func (e env) openStore(ctx context.Context, url string) (store.Store, error) {
 	if url == "" {
 		return nil, usagef("--store is required (%s)", strings.Join(store.Schemes(), ", "))
 	}
-	st, err := storeOpen(ctx, url)
+	st, err := e.open(ctx, url)
 	var ue *store.URLError
 	if errors.As(err, &ue) {
 		return nil, usagef("--store: %v", err)
 	}
 	return st, err
 }
-
-// storeOpen opens a store; tests wrap the stores it opens.
-var storeOpen = store.Open
 
 // readOptions returns a reader's options for a store URL: the strategy
 // (auto unless forced) and the cost model of the store's transport.
@@ -45,7 +42,7 @@ func readOptions(url, strategy string) (reshard.ReaderOptions, error) {
 	return reshard.ReaderOptions{Plan: plan.Options{Strategy: st, Transport: &t}}, nil
 }
 
-func writeCmd(args []string, stdout, stderr io.Writer) error {
+func writeCmd(e env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("write", stderr)
 	storeURL := fs.String("store", "", "store `URL`: file:///dir, mem://, redis://host:port")
 	model := fs.String("model", "", "the model: layers=12,kv-heads=4,head-dim=8,dtype=fp32,page=16")
@@ -65,7 +62,7 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 	if *pages < 1 {
 		return usagef("--pages is required and must be at least 1")
 	}
-	if err := checkPages("--pages", *pages, d.PageBytes()); err != nil {
+	if err := e.checkPages("--pages", *pages, d.PageBytes()); err != nil {
 		return err
 	}
 	// List every rank only when every rank writes: --rank builds one.
@@ -94,7 +91,7 @@ func writeCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	ctx := context.Background()
-	st, err := openStore(ctx, *storeURL)
+	st, err := e.openStore(ctx, *storeURL)
 	if err != nil {
 		return err
 	}
@@ -135,7 +132,7 @@ type readJSON struct {
 	Error     string  `json:"error,omitempty"`
 }
 
-func readCmd(args []string, stdout, stderr io.Writer) error {
+func readCmd(e env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("read", stderr)
 	storeURL := fs.String("store", "", "store `URL`: file:///dir, mem://, redis://host:port")
 	model := fs.String("model", "", "the model: layers=12,kv-heads=4,head-dim=8,dtype=fp32,page=16")
@@ -176,7 +173,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("--dst: %v", err)
 	}
-	if err := checkPages("--pages", *pages, g.PageBytes); err != nil {
+	if err := e.checkPages("--pages", *pages, g.PageBytes); err != nil {
 		return err
 	}
 	// Every flag is checked before the store is opened.
@@ -188,7 +185,7 @@ func readCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	ctx := context.Background()
-	st, err := openStore(ctx, *storeURL)
+	st, err := e.openStore(ctx, *storeURL)
 	if err != nil {
 		return err
 	}

@@ -129,8 +129,8 @@ func plural(n int, noun string) string {
 // each, the least a command holds in memory at once, do not fit in the
 // memory this machine has available (where it is known), rather than let
 // the allocation kill the process or push others out.
-func checkPages(flag string, pages, pageBytes int) error {
-	avail := availableMemory()
+func (e env) checkPages(flag string, pages, pageBytes int) error {
+	avail := e.memAvailable()
 	if avail <= 0 || pages <= avail/max(pageBytes, 1) {
 		return nil
 	}
@@ -143,8 +143,8 @@ func checkPages(flag string, pages, pageBytes int) error {
 
 // availableMemory returns the bytes of memory available to a new
 // allocation without swapping, from /proc/meminfo (Linux); 0 where it
-// cannot tell. A variable so that tests configure it.
-var availableMemory = func() int {
+// cannot tell.
+func availableMemory() int {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0

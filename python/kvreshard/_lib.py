@@ -239,12 +239,6 @@ _FUNCTIONS: Dict[str, Tuple[int, List[Any], Any]] = {
     "kvr_define_layout": (1, [_s, _s, _s, _s, _p, _n], _int),
 }
 
-# A test-only seam: when set, the package reads the library as of this
-# minor version at most (as if it were older), to test that an older
-# library loads and that only the newer functions refuse. Takes effect at
-# the next load (set _loaded to None).
-_TEST_MINOR: Optional[int] = None
-
 _lock = threading.Lock()
 _loaded: Optional[ctypes.CDLL] = None
 _path: Optional[str] = None
@@ -296,8 +290,6 @@ def lib() -> ctypes.CDLL:
             raise KvreshardError("kvreshard: %s has C API version %d; this package needs %d"
                                  % (path, major, ABI_VERSION))
         m = minor.value
-        if _TEST_MINOR is not None:
-            m = min(m, _TEST_MINOR)
         for name, (since, _, _) in _FUNCTIONS.items():
             if since <= m:
                 _bind(l, path, name)

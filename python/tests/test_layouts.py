@@ -5,6 +5,9 @@ the errors with kvlc's messages, and a library of an older minor ABI
 version."""
 
 import itertools
+import os
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -202,17 +205,46 @@ def test_defined_pool_writes(tmp_path):
             assert w.write(["w0"], [0]) == [kv.WriteStatus.WRITTEN]
 
 
+# A library of ABI 2.0: this one's functions behind a kvr_version that says
+# 2.0 (the dynamic linker finds kvr_version in the shim first, and every
+# other function in the library it links).
+ABI20_SHIM = r"""
+#include "kvreshard.h"
+int kvr_version(int32_t *minor) {
+    if (minor) *minor = 0;
+    return KVR_ABI_VERSION;
+}
+"""
+
+
+def abi20_library(tmp_path):
+    """The path of a library of ABI 2.0 built from ABI20_SHIM over this one."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.fail("no C compiler (gcc) to build a library of ABI 2.0 with", pytrace=False)
+    src, out = tmp_path / "abi20.c", tmp_path / "libkvreshard20.so"
+    src.write_text(ABI20_SHIM)
+    lib = os.path.abspath(kv.library_path())
+    include = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "cmd", "libkvreshard")
+    subprocess.run([gcc, "-shared", "-fPIC", "-I", include, "-o", str(out), str(src), "-Wl,--no-as-needed", lib],
+                   check=True, capture_output=True, text=True)
+    return str(out)
+
+
 def test_an_older_library_loads(monkeypatch, tmp_path):
     """A library of the same major version and an older minor loads: the
     functions added since raise, naming both versions, and the others work.
-    The seam _lib._TEST_MINOR makes the package read this library as of
-    ABI 2.0, which lacks kvr_layouts and kvr_define_layout."""
+    The library is this one behind a kvr_version of ABI 2.0, which lacks
+    kvr_layouts and kvr_define_layout."""
+    kv.set_max_procs(0)  # the library this process uses is loaded
+    path = abi20_library(tmp_path)
     for name in ("_loaded", "_path", "_minor"):  # restored after the test
         monkeypatch.setattr(_lib, name, getattr(_lib, name))
-    monkeypatch.setattr(_lib, "_TEST_MINOR", 0)
+    monkeypatch.setenv("KVRESHARD_LIB", path)
     _lib._loaded = None
     assert _lib.version() == (2, 0)
-    path = kv.library_path()
+    assert kv.library_path() == path
     for call, name in ((kv.layouts, "layouts()"), (lambda: kv.define_layout(*XBLOCK), "define_layout()")):
         with pytest.raises(kv.KvreshardError) as e:
             call()
