@@ -251,8 +251,9 @@ func parseRead(t *testing.T, p *proc) readJSON {
 // T/P/C under context parallelism.
 var writeLine = regexp.MustCompile(`(?m)^rank (\d+/\d+(?:/\d+)?): (\d+) written, (\d+) already complete, (\d+) refused \(another layout\), (\d+) replica in \S+$`)
 
-// layoutLine is the last line kvreshard write prints.
-var layoutLine = regexp.MustCompile(`(?m)^layout sha256:([0-9a-f]{64}) \((\w+), manifest (kv/([0-9a-f]{64})/manifests/([0-9a-f]{64}))\)$`)
+// manifestLine is the last line kvreshard write prints: the manifest's ID,
+// its part layout and its key.
+var manifestLine = regexp.MustCompile(`(?m)^manifest sha256:([0-9a-f]{64}) \((\w+)\): (kv/([0-9a-f]{64})/manifests/([0-9a-f]{64}))$`)
 
 // counts are one rank's line of kvreshard write.
 type counts struct{ written, complete, refused, replica int }
@@ -269,9 +270,9 @@ func parseWrite(t *testing.T, p *proc) (map[string]counts, string) {
 		n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
 		out[m[1]] = counts{n(2), n(3), n(4), n(5)}
 	}
-	l := layoutLine.FindStringSubmatch(p.stdout.String())
+	l := manifestLine.FindStringSubmatch(p.stdout.String())
 	require.NotNil(t, l, p.String())
-	require.Equal(t, l[1], l[5], "layout id and manifest digest")
+	require.Equal(t, l[1], l[5], "the manifest's ID is the digest its key ends in")
 	require.Equal(t, len(lines)+1, bytes.Count(p.stdout.Bytes(), []byte("\n")), p.String())
 	return out, l[3]
 }

@@ -57,7 +57,7 @@ func TestReadEvictedRedis(t *testing.T) {
 	}
 
 	out := write()
-	m := regexp.MustCompile(`(?m)^layout sha256:[0-9a-f]{64} \(PLHD, manifest (\S+)\)$`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`(?m)^manifest sha256:[0-9a-f]{64} \(PLHD\): (\S+)$`).FindStringSubmatch(out)
 	require.NotNil(t, m, out)
 	manifestKey := m[1]
 	notStored := func(key string) string {

@@ -203,7 +203,7 @@ func TestWriteReadMem(t *testing.T) {
 rank 1/0: 3 written, 0 already complete, 0 refused \(another layout\), 0 replica in \S+
 rank 0/1: 3 written, 0 already complete, 0 refused \(another layout\), 0 replica in \S+
 rank 1/1: 3 written, 0 already complete, 0 refused \(another layout\), 0 replica in \S+
-layout sha256:[0-9a-f]{64} \(HPLD, manifest kv/[0-9a-f]{64}/manifests/[0-9a-f]{64}\)
+manifest sha256:[0-9a-f]{64} \(HPLD\): kv/[0-9a-f]{64}/manifests/[0-9a-f]{64}
 $`, stdout)
 	for _, r := range []string{"0/0", "0/1", "0/2"} {
 		code, stdout, stderr = runArgs("read", "--store", url, "--model", model, "--dst", "tp=1,pp=3,layout=page_first_direct,rank="+r,

@@ -107,7 +107,7 @@ func writeCmd(e env, args []string, stdout, stderr io.Writer) error {
 			rankName(ts.topo, r), count[reshard.Written], count[reshard.Complete], count[reshard.Refused], count[reshard.Replica],
 			time.Since(start).Round(time.Microsecond))
 	}
-	fmt.Fprintf(stdout, "layout %s (%s, manifest %s)\n", m.ID(), ts.layout.Name, m.Key())
+	fmt.Fprintf(stdout, "manifest %s (%s): %s\n", m.ID(), ts.layout.Name, m.Key())
 	return nil
 }
 

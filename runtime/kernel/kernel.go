@@ -91,7 +91,7 @@ type Problem struct {
 	// destination.
 	SrcHead, DstHead, Heads int
 	// Tokens, when not nil, lists the common tokens in ascending order of
-	// both sides' local indices, and each side holds Side.Tokens tokens a
+	// both sides' local indices, and each side holds Buffer.Tokens tokens a
 	// page: the buffers hold different token sets (context parallelism).
 	// nil means every token 0..PageSize-1 on both sides. The Interpreter,
 	// and kernels generated for version 4 on (Kernels.Tokens), take both.

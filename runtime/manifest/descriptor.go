@@ -33,7 +33,7 @@ type Descriptor struct {
 	// own: 0 <= DraftLayers <= len(Layers). It enters the model domain, so
 	// that pages with draft layers and pages without never share a key.
 	// The canonical JSON carries it only when it is not 0, so that the
-	// domains and layout ids of models without draft layers are those of
+	// domains and manifest IDs of models without draft layers are those of
 	// a descriptor without the field.
 	DraftLayers int `json:"draft_layers,omitempty"`
 }

@@ -410,8 +410,8 @@ func TestMaxParts(t *testing.T) {
 }
 
 // TestDraftLayers: a descriptor's draft layers are written (first, in
-// key order) only when there are some, so that every domain and layout id
-// of a model without them is unchanged; with them they enter the domain
+// key order) only when there are some, so that every domain and manifest
+// ID of a model without them is unchanged; with them they enter the domain
 // and the manifest, and decode back.
 func TestDraftLayers(t *testing.T) {
 	m := testModel()

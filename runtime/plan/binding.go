@@ -9,7 +9,7 @@
 // binding hold different tokens (context parallelism), the kernel walks
 // their common tokens: generated kernels of version 4 on, the interpreter
 // for older ones. A plan's offsets are relative to the page's slot; a
-// template is a plan cached per layout id, and instantiating it for a
+// template is a plan cached per manifest ID, and instantiating it for a
 // request adds the slot's offset to each op.
 package plan
 

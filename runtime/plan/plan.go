@@ -124,7 +124,7 @@ type Planner struct {
 
 	mu        sync.Mutex
 	kernels   map[string]*kernel.Kernels // by manifest part-layout identity
-	templates *lru.Cache[*Plan]          // by layout id
+	templates *lru.Cache[*Plan]          // by manifest ID
 
 	fallbacks  atomic.Int64
 	tokenPlans atomic.Int64

@@ -7,7 +7,7 @@ import (
 )
 
 // Template returns the plan of manifest m for this planner's binding, from
-// the template cache when it has one for m's layout id. Offsets are relative
+// the template cache when it has one for m's ID. Offsets are relative
 // to the page's slot: Instantiate places a template at a slot.
 func (p *Planner) Template(m *manifest.Manifest) (*Plan, error) {
 	id := m.ID()

@@ -104,7 +104,7 @@ type Reader struct {
 	requests, pages, hits, misses, bytes, ops, rejected atomic.Int64
 	checked, badSums                                    atomic.Int64
 
-	// checkPlans holds the checked plans of CheckParts, by layout id.
+	// checkPlans holds the checked plans of CheckParts, by manifest ID.
 	checkPlans *lru.Cache[checkPlan]
 	// lent holds the parts lent by a store.Viewer that passed their check.
 	lent lentChecked
@@ -165,9 +165,8 @@ const queryBatch = 256
 //
 // Every read that fetches a whole part (a staged read of the whole part, a
 // part lent by a store.Viewer; every part with CheckParts) is checked
-// against the part's checksum before its bytes are copied into the pool,
-// unless SkipPartChecks: a mismatch stops the read at that page with
-// store.ErrChecksum.
+// against the part's checksum before its bytes are copied into the pool:
+// a mismatch stops the read at that page with store.ErrChecksum.
 func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [][]byte) (Result, error) {
 	var res Result
 	if len(slots) != len(keys) {
