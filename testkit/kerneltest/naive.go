@@ -70,29 +70,56 @@ type Shape struct {
 	Dims     []int
 }
 
+// extent returns how many values mode m of b takes: the indices of its
+// axis (component c's for D) counted through the mode's own index rule,
+// modeIndex, not computed from the split factor, so that the model does
+// not share the planner's arithmetic (plan's extent).
 func (g *Shape) extent(b *Buffer, m ir.Mode, c int) int {
 	var n int
 	switch m.Axis {
 	case ir.C:
-		return len(g.Dims)
+		n = len(g.Dims)
 	case ir.S:
-		return b.Slots
+		n = b.Slots
 	case ir.L:
-		return len(b.Layers)
+		n = len(b.Layers)
 	case ir.H:
-		return b.Heads
+		n = b.Heads
 	case ir.T:
 		n = b.Tokens(g.PageSize)
 	case ir.D:
 		n = g.Dims[c]
 	}
+	k := extentKey{m.Split, m.Factor, n}
+	if v, ok := extentCache.Load(k); ok {
+		return v.(int)
+	}
+	seen := map[int]bool{}
+	for i := range n {
+		seen[modeIndex(m, i)] = true
+	}
+	extentCache.Store(k, len(seen))
+	return len(seen)
+}
+
+type extentKey struct {
+	split     ir.Split
+	factor, n int
+}
+
+var extentCache sync.Map // extentKey -> int
+
+// modeIndex returns the index of mode m of an element whose index along
+// m's axis is i: i itself, or its quotient or remainder by the split
+// factor.
+func modeIndex(m ir.Mode, i int) int {
 	switch m.Split {
 	case ir.Outer:
-		return n / m.Factor
+		return i / m.Factor
 	case ir.Inner:
-		return m.Factor
+		return i % m.Factor
 	}
-	return n
+	return i
 }
 
 // Offset places element (c, layer index, head index, token, d) of b;
@@ -119,13 +146,7 @@ func (g *Shape) Offset(b *Buffer, c, li, hi, t, d int) (region int, off int) {
 		case ir.D:
 			idx = d
 		}
-		switch m.Split {
-		case ir.Outer:
-			idx /= m.Factor
-		case ir.Inner:
-			idx %= m.Factor
-		}
-		off = off*g.extent(b, m, c) + idx
+		off = off*g.extent(b, m, c) + modeIndex(m, idx)
 	}
 	off *= g.ItemSize
 	if cOuter {
