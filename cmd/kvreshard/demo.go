@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kvreshard/kvreshard/compiler/ir"
 	"github.com/kvreshard/kvreshard/internal/content"
 	_ "github.com/kvreshard/kvreshard/layouts"
 	"github.com/kvreshard/kvreshard/runtime/kernel"
@@ -150,9 +151,12 @@ func demoCmd(e env, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	topos := []topo{{"TP1/PP3", placement.Topology{TP: 1, PP: 3}}, {"TP2/PP2", placement.Topology{TP: 2, PP: 2}}}
+	// Every registered part layout, read into every registered pool layout:
+	// the built-ins (layouts/builtin.kvl).
+	pools := kernel.LayoutsOf(ir.Pool)
 	for wi, w := range topos {
-		for _, partName := range []string{"PLHD", "LPHD", "HPLD"} {
-			if err := run(w, partName, topos[1-wi], []string{"page_first", "page_first_direct", "layer_first", "page_head"}); err != nil {
+		for _, partName := range kernel.LayoutsOf(ir.Part) {
+			if err := run(w, partName, topos[1-wi], pools); err != nil {
 				return err
 			}
 		}

@@ -7,8 +7,9 @@ every byte verified, on any store the package opens.
 
 Writer ranks (TP1/PP3 by default), one process each, started together,
 write --pages pages in each part layout (PLHD, LPHD, HPLD), each from a pool
-of the layout that stores it that way by default (page_first, layer_first,
-page_head), and exit. Then reader ranks (TP2/PP2 by default), one process
+of the first layout that stores it that way by default (page_first,
+page_first_direct, page_head: the library's kvreshard.layouts() says),
+and exit. Then reader ranks (TP2/PP2 by default), one process
 each, read every page of every part layout into a pool of each of the four
 layouts (layer_first, page_first, page_first_direct, page_head), and check
 every element of every page against an oracle that knows nothing of
@@ -36,10 +37,10 @@ import sys
 import tempfile
 import time
 
-PART_LAYOUTS = ("PLHD", "LPHD", "HPLD")
+# The pool layouts the oracle knows: SGLang's host pools, whose numpy
+# shapes it builds itself (comp_shape); the part layouts and which pool
+# writes each are the library's (kvreshard.layouts()).
 POOL_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
-# The pool a part layout is written from: the pool layout that stores it so by default.
-WRITER_POOL = {"PLHD": "page_first", "LPHD": "layer_first", "HPLD": "page_head"}
 ITEM = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -161,7 +162,7 @@ def rank_main(a):
     with kv.Store(a["url"]) as st:
         if a["role"] == "write":
             for part in a["parts"]:
-                layout = WRITER_POOL[part]
+                layout = a["writer_pools"][part]
                 keys = keys_of(part, n)
                 comps = new_pool(spec, layout, n, nl, nh)
                 for s, k in enumerate(keys):
@@ -226,6 +227,22 @@ def topology(s):
     return tp, pp
 
 
+def part_layouts():
+    """{part layout: the pool layout its writers hold pages in}: every part
+    layout the library knows that a pool layout of POOL_LAYOUTS writes by
+    default (the first such pool), in the library's order."""
+    import kvreshard as kv
+    ls = kv.layouts()
+    out = {}
+    for part in ls:
+        if part.kind == "part":
+            pool = next((p.name for p in ls if p.kind == "pool" and p.writes == part.name and p.name in POOL_LAYOUTS),
+                        None)
+            if pool is not None:
+                out[part.name] = pool
+    return out
+
+
 def names(allowed):
     def parse(s):
         out = [x.strip() for x in s.split(",") if x.strip()]
@@ -287,8 +304,8 @@ def main(argv=None):
     ap.add_argument("--pages", type=int, default=16, help="pages per part layout (default 16)")
     ap.add_argument("--writers", type=topology, default=(1, 3), help="writer topology (default TP1/PP3)")
     ap.add_argument("--readers", type=topology, default=(2, 2), help="reader topology (default TP2/PP2)")
-    ap.add_argument("--parts", type=names(PART_LAYOUTS), default=list(PART_LAYOUTS),
-                    help="part layouts written, comma-separated (default PLHD,LPHD,HPLD)")
+    ap.add_argument("--parts", help="part layouts written, comma-separated (default: every one the library knows "
+                    "that a pool layout of the oracle's writes: PLHD,LPHD,HPLD)")
     ap.add_argument("--pools", type=names(POOL_LAYOUTS), default=list(POOL_LAYOUTS),
                     help="reader pool layouts, comma-separated (default all four)")
     ap.add_argument("--layers", type=int, default=12, help="model layers (default 12)")
@@ -320,6 +337,16 @@ def main(argv=None):
     except ImportError:
         print("kvreshard demo: needs numpy (pip install numpy)", file=sys.stderr)
         return 2
+    import kvreshard as kv
+    try:
+        a.writer_pools = part_layouts()
+    except kv.KvreshardError as e:
+        print("kvreshard demo: %s" % e, file=sys.stderr)
+        return 1
+    try:
+        a.parts = names(tuple(a.writer_pools))(a.parts) if a.parts is not None else list(a.writer_pools)
+    except argparse.ArgumentTypeError as e:
+        ap.error("argument --parts: %s" % e)
     spec = Spec(a.layers, a.kv_heads, a.head_dim, a.v_head_dim, a.dtype, a.page, a.name)
     tmp = None
     url = a.store
@@ -354,7 +381,8 @@ def demo(a, spec, url):
         print("writers: %s, one process a rank, %d pages in each of %s; readers: %s, one process a rank, after the "
               "writers exited\n" % (topo_name(wtp, wpp), a.pages, ", ".join(a.parts), topo_name(rtp, rpp)), file=out)
     start = time.perf_counter()
-    wouts, errors = run_ranks("write", a, spec, url, wtp, wpp, {"parts": a.parts}, a.timeout)
+    wouts, errors = run_ranks("write", a, spec, url, wtp, wpp,
+                              {"parts": a.parts, "writer_pools": {p: a.writer_pools[p] for p in a.parts}}, a.timeout)
     wall_w = time.perf_counter() - start
     start = time.perf_counter()
     routs, rerrors = ([], []) if errors else run_ranks("read", a, spec, url, rtp, rpp,
@@ -371,7 +399,7 @@ def demo(a, spec, url):
             for k, v in w["statuses"].items():
                 st[k] = st.get(k, 0) + v
             secs, nbytes = max(secs, w["seconds"]), nbytes + w["bytes"]
-        writes.append({"part": part, "pool": WRITER_POOL[part], "statuses": st, "bytes": nbytes, "seconds": secs})
+        writes.append({"part": part, "pool": a.writer_pools[part], "statuses": st, "bytes": nbytes, "seconds": secs})
         for layout in a.pools:
             hit = nb = ops = 0
             secs = 0.0
@@ -387,7 +415,7 @@ def demo(a, spec, url):
                     ok = False
                     errors.append("reader rank %s, %s pages into %s: %s" % (list(rank), part, layout, msg))
             failed += not ok
-            rows.append({"writer": topo_name(wtp, wpp), "part": part, "writer_pool": WRITER_POOL[part],
+            rows.append({"writer": topo_name(wtp, wpp), "part": part, "writer_pool": a.writer_pools[part],
                          "reader": topo_name(rtp, rpp), "pool": layout, "pages": hit // max(1, len(routs)),
                          "bytes": nb, "ops": ops, "seconds": secs, "gbps": nb / secs / 1e9 if secs else 0.0,
                          "verified": ok})
