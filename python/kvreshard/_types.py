@@ -36,6 +36,40 @@ class _Frozen:
     def __delattr__(self, name: str) -> NoReturn:
         raise AttributeError("kvreshard.%s is immutable: cannot delete %s" % (type(self).__name__, name))
 
+    # An immutable value is its own copy.
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self
+
+
+class _Value(_Frozen):
+    """A _Frozen made from arguments it keeps: equal, hashed and pickled as
+    those arguments (a Model or Placement sent to a spawned rank process is
+    the same value there)."""
+
+    __slots__ = ()
+
+    def _args(self) -> Tuple[Tuple[Any, ...], Tuple[Tuple[str, Any], ...]]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._args() == other._args()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._args()))
+
+    def __reduce__(self) -> Any:
+        args, kwargs = self._args()
+        return (_make, (type(self), args, kwargs))
+
+
+def _make(cls: Any, args: Tuple[Any, ...], kwargs: Tuple[Tuple[str, Any], ...]) -> Any:
+    return cls(*args, **dict(kwargs))
+
 
 class Layout(_Frozen, str):
     """A layout the library knows: a str, its name, with the read-only
@@ -83,7 +117,7 @@ class Layout(_Frozen, str):
         return s + ")"
 
 
-class Model(_Frozen):
+class Model(_Value):
     """The model whose KV pages are shared: the --model fields of the
     command line. Pages are stored under the model domain, a digest of the
     name, revision, namespace, fingerprint, dtype and shape (never of TP,
@@ -95,7 +129,8 @@ class Model(_Frozen):
     (0 to layers; the --model flag's draft-layers). They enter the model
     domain: pages with and without them never share a key.
 
-    Immutable (AttributeError on setting an attribute): make another."""
+    Immutable (AttributeError on setting an attribute): make another.
+    Models of the same fields are equal."""
 
     __slots__ = ("layers", "kv_heads", "head_dim", "v_head_dim", "page", "draft_layers", "mla", "dtype",
                  "name", "revision", "namespace", "fingerprint", "_strs", "_c")
@@ -133,6 +168,12 @@ class Model(_Frozen):
         self._init(_c=_lib.sized(_lib.CModel, self.layers, self.kv_heads, self.head_dim, self.v_head_dim or 0,
                                  self.page, int(mla), self.draft_layers, s[0], s[1], s[2], s[3], s[4]))
 
+    def _args(self) -> Tuple[Tuple[Any, ...], Tuple[Tuple[str, Any], ...]]:
+        return ((self.layers, self.kv_heads, self.head_dim, self.dtype, self.page),
+                (("v_head_dim", self.v_head_dim), ("mla", self.mla), ("name", self.name),
+                 ("revision", self.revision), ("namespace", self.namespace), ("fingerprint", self.fingerprint),
+                 ("draft_layers", self.draft_layers)))
+
     @property
     def item_size(self) -> int:
         """Bytes of one element (KeyError-free: 0 for an unknown dtype)."""
@@ -160,7 +201,7 @@ class Model(_Frozen):
         return "Model(%s)" % ", ".join(f)
 
 
-class Placement(_Frozen):
+class Placement(_Value):
     """A TP x PP x CP topology and this process's rank in it: rank is
     (tp_rank, pp_rank) or (tp_rank, pp_rank, cp_rank). pp_layers lists the
     layers of each PP stage, in order, summing to the model's layers; None
@@ -176,7 +217,8 @@ class Placement(_Frozen):
     tokens a page. The library checks the values (InvalidArgument naming
     what is wrong) when a Writer or Reader opens.
 
-    Immutable (AttributeError on setting an attribute): make another."""
+    Immutable (AttributeError on setting an attribute): make another.
+    Placements of the same fields are equal."""
 
     __slots__ = ("tp", "pp", "rank", "cp_rank", "cp", "cp_interleave", "pp_layers", "_layers", "_c")
     tp: int
@@ -218,6 +260,10 @@ class Placement(_Frozen):
                                  ctypes.cast(layers, ctypes.POINTER(ctypes.c_int32))
                                  if layers is not None else None))
 
+    def _args(self) -> Tuple[Tuple[Any, ...], Tuple[Tuple[str, Any], ...]]:
+        return ((self.tp, self.pp), (("rank", self.rank), ("pp_layers", self.pp_layers), ("cp", self.cp),
+                                     ("cp_interleave", self.cp_interleave)))
+
     def __repr__(self) -> str:
         s = "Placement(tp=%d, pp=%d, rank=%r" % (self.tp, self.pp, self.rank)
         if self.pp_layers is not None:
@@ -238,7 +284,8 @@ class Pool(_Frozen):
 
     regions is kept as a tuple, which keeps the buffers alive; sizes are
     their bytes. Immutable (AttributeError on setting an attribute): make
-    another."""
+    another. A copy is the same pool; a pool is not pickled (it is memory
+    of this process)."""
 
     __slots__ = ("layout", "regions", "slots", "sizes", "_layout", "_keep", "_bases", "_sizes", "_c")
     layout: str
@@ -265,6 +312,10 @@ class Pool(_Frozen):
         self._init(layout=layout, _layout=b, slots=n, regions=tuple(regions), _keep=[k for _, _, k in rs],
                    sizes=sizes, _bases=bases, _sizes=csizes,
                    _c=_lib.sized(_lib.CPool, len(rs), b, bases, csizes, n))
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("kvreshard.Pool cannot be pickled: it is memory of this process; make the pool in "
+                        "the process that holds the memory")
 
     def __repr__(self) -> str:
         return "Pool(%r, %d regions of %s bytes, slots=%d)" % (

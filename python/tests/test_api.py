@@ -1,9 +1,11 @@
 """The package's API: arguments, errors, buffers, threads and fork."""
 
+import copy
 import ctypes
 import gc
 import mmap
 import os
+import pickle
 import threading
 import time
 
@@ -306,6 +308,29 @@ def test_model_placement_and_pool_are_immutable():
     assert (m.layers, m.dtype, m.v_head_dim, m.item_size) == (4, "fp32", None, 4)
     assert (p.tp, p.rank, p.cp, p.pp_layers) == (2, (1, 0), 1, None)
     assert type(pool.regions) is tuple and pool.regions[0] is comps[0] and pool.layout == "page_first"
+
+
+def test_models_and_placements_are_values():
+    """Models and Placements of the same fields are equal and hash alike;
+    a copy of any of the three is itself; Models and Placements pickle as
+    their fields (to a spawned rank), a Pool (this process's memory) not."""
+    m = kv.Model(draft_layers=1, name="x", **M)
+    same = kv.Model(draft_layers=1, name="x", **M)
+    assert m == same and hash(m) == hash(same) and m is not same
+    assert m != kv.Model(name="x", **M) and m != kv.Model(draft_layers=1, **M)
+    p = kv.Placement(2, 2, rank=(1, 0, 1), pp_layers=[1, 3], cp=2)
+    assert p == kv.Placement(2, 2, rank=(1, 0, 1), pp_layers=(1, 3), cp=2)
+    assert p != kv.Placement(2, 2, rank=(1, 0, 1), cp=2) and len({p, kv.Placement(2, 2, (1, 0, 1), [1, 3], 2)}) == 1
+    _, comps = pool_arrays()
+    pool = kv.Pool("page_first", comps, 4)
+    for v in (m, p, pool):
+        assert copy.copy(v) is v and copy.deepcopy(v) is v
+    for v in (m, p):
+        back = pickle.loads(pickle.dumps(v))
+        assert back == v and repr(back) == repr(v) and back is not v
+    assert pickle.loads(pickle.dumps(m)).domain() == m.domain()
+    with pytest.raises(TypeError, match="^kvreshard.Pool cannot be pickled: it is memory of this process"):
+        pickle.dumps(pool)
 
 
 def test_a_read_the_store_fails_is_a_result(tmp_path):
