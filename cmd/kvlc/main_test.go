@@ -235,11 +235,12 @@ func TestAtomicWrite(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 
 	var wg sync.WaitGroup
-	done := make(chan struct{})
+	ready, done := make(chan struct{}), make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer close(done)
+		<-ready // the reader has read once: it reads while kvlc writes
 		for i := range 12 {
 			var stdout, stderr bytes.Buffer
 			if run([]string{"-pkg", string(rune('a' + i%2)), in}, &stdout, &stderr) != 0 {
@@ -258,10 +259,13 @@ func TestAtomicWrite(t *testing.T) {
 		b, err := os.ReadFile(out)
 		require.NoError(t, err)
 		require.True(t, versions[string(b)], "read a partial output of %d bytes", len(b))
+		if reads == 0 {
+			close(ready)
+		}
 		time.Sleep(100 * time.Microsecond) // leave the writers the CPU
 	}
 	wg.Wait()
-	require.Greater(t, reads, 1)
+	require.Greater(t, reads, 1) // once before the writes, at least once after
 
 	entries, err := os.ReadDir(tmp)
 	require.NoError(t, err)

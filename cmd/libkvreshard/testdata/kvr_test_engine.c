@@ -34,6 +34,7 @@ typedef struct {
     int nregs;
     int reads, closed;
     int stall_ms;         /* when set, a read sleeps this long first */
+    int stalls_returned;  /* reads that slept and returned */
     const char *fail_key; /* when set, a read of an object whose key contains it fails */
 } mem_engine;
 
@@ -136,11 +137,15 @@ static int engine_read(void *ctx, int64_t nkeys, const char *keys, const int64_t
     mem_engine *e = ctx;
     (void)nkeys;
     (void)whole;
-    if (e->stall_ms > 0) {
-        struct timespec ts = {e->stall_ms / 1000, (long)(e->stall_ms % 1000) * 1000000L};
+    pthread_mutex_lock(&e->mu);
+    int stall = e->stall_ms;
+    pthread_mutex_unlock(&e->mu);
+    if (stall > 0) {
+        struct timespec ts = {stall / 1000, (long)(stall % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
     pthread_mutex_lock(&e->mu);
+    e->stalls_returned += stall > 0;
     e->reads++;
     for (int64_t j = 0; j < nranges; j++) {
         /* The destination must lie in the registration it names. */
@@ -396,7 +401,10 @@ void test_engine_store(void) {
     CHECK(rc == KVR_OK, "store_open_engine: %d %s", rc, err);
     pool_init(&rp, "layer_first", 2, 2, 0, 1, reader_split, NPAGES);
     r = open_reader(st, &rp);
+    pthread_mutex_lock(&the_engine.mu);
     the_engine.stall_ms = 1500;
+    the_engine.stalls_returned = 0;
+    pthread_mutex_unlock(&the_engine.mu);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
@@ -404,8 +412,17 @@ void test_engine_store(void) {
     CHECK(rc == KVR_ESTORE && res.hit == 0 && res.stop == KVR_STOP_FAILED && strstr(err, "did not return within 200ms") != NULL,
           "stalled read: %d hit %" PRId64 " stop %d %s", rc, res.hit, res.stop, err);
     CHECK(t1.tv_sec - t0.tv_sec < 60, "the stalled read took %ld s", (long)(t1.tv_sec - t0.tv_sec));
+    /* Wait for the stalled call to return from the engine. */
+    pthread_mutex_lock(&the_engine.mu);
     the_engine.stall_ms = 0;
-    sleep(2); /* the stalled read returns */
+    pthread_mutex_unlock(&the_engine.mu);
+    for (int returned = 0; !returned;) {
+        struct timespec ms10 = {0, 10000000L};
+        nanosleep(&ms10, NULL);
+        pthread_mutex_lock(&the_engine.mu);
+        returned = the_engine.stalls_returned > 0;
+        pthread_mutex_unlock(&the_engine.mu);
+    }
     rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
     CHECK(rc == KVR_OK && res.hit == NPAGES, "read after the stall: %d hit %" PRId64 " %s", rc, res.hit, err);
     for (int p = 0; p < NPAGES; p++) {
