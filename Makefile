@@ -5,7 +5,7 @@ FUZZTIME ?= 30s
 # that a run ends when FUZZTIME says.
 FUZZFLAGS = -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
-.PHONY: test generate check-generated fuzz bench gobench vet fmt python venv
+.PHONY: test generate check-generated fuzz bench gobench vet python venv
 
 # The kernels again without their assembly (the purego tag), as on other
 # architectures.
