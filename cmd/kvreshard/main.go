@@ -21,7 +21,8 @@
 // TP is at most 1024 and holds a KV head on at most 64 ranks; PP is at
 // most the layer count. read puts page i in slot i of a pool of --pages
 // slots; a part layout there means its pages one slot after another.
-// read --check-parts reads every part whole and checks its checksum.
+// read --check-parts checks every byte read against its part's checksums
+// before it reaches the pool.
 //
 // plan prints one reader rank's plan for a strategy (direct by default;
 // auto lets the cost model of --transport choose): its transport ops,

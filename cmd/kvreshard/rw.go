@@ -145,7 +145,7 @@ func readCmd(e env, args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, `print the result as JSON ("verified": --verify verified every page read, and the read did not fail)`)
 	kvl := fs.String("kvl", "", "comma-separated .kvl `files` with more layouts")
 	workers := intFlag(fs, "copy-workers", 0, "`goroutines` that run the copies of staged pages (0: GOMAXPROCS)")
-	checkParts := fs.Bool("check-parts", false, "read every part whole and check its checksum before using it (without it, only reads that fetch a whole part are checked)")
+	checkParts := fs.Bool("check-parts", false, "check every byte read against its part's checksums before it reaches the pool (reads the 1 KiB checksum blocks around the bytes needed and each part's checksums; without it nothing is checked)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -163,10 +163,9 @@ const queryBatch = 256
 // full. An error is returned only for bad arguments; everything that makes
 // a page a miss is in Result.Stop.
 //
-// Every read that fetches a whole part (a staged read of the whole part, a
-// part lent by a store.Viewer; every part with CheckParts) is checked
-// against the part's checksum before its bytes are copied into the pool:
-// a mismatch stops the read at that page with store.ErrChecksum.
+// With CheckParts, every byte is checked against its part's checksums
+// before it is copied into the pool: a mismatch stops the read at that
+// page with store.ErrChecksum. Without it, nothing is checked.
 func (r *Reader) Read(ctx context.Context, keys []string, slots []int, regions [][]byte) (Result, error) {
 	var res Result
 	if len(slots) != len(keys) {
