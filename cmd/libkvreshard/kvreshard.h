@@ -126,7 +126,7 @@ extern "C" {
 #define KVR_STOP_CANCELED 3 /* the read was canceled */
 #define KVR_STOP_MANIFEST 4 /* a page's manifest was rejected (missing, corrupt, another model) */
 #define KVR_STOP_FAILED 5   /* the store failed (connection, I/O, timeout): kvr_reader_read returns KVR_ESTORE */
-#define KVR_STOP_CHECKSUM 6 /* a page's bytes failed their checksums (check_parts) */
+#define KVR_STOP_CHECKSUM 6 /* a page is damaged: bytes failed their checksums (check_parts), or a part's size is not its manifest's */
 
 /* The opaque handles (see the conventions above). */
 typedef struct kvr_store kvr_store;
@@ -523,7 +523,7 @@ typedef struct {
     int64_t manifests_rejected; /* manifests missing, corrupt or of another model */
     int64_t fallbacks;          /* layouts planned on the interpreter (no generated kernel) */
     int64_t parts_checked;      /* parts of pages checked against their checksums (check_parts) */
-    int64_t checksum_errors;    /* pages whose parts did not match their checksums */
+    int64_t checksum_errors;    /* pages damaged: bytes not matching their checksums, or parts their manifest's size */
 } kvr_reader_stats;
 
 /* kvr_reader_stats_get puts the reader's counters into *out (out->size

@@ -90,7 +90,7 @@ class Stop(enum.IntEnum):
     CANCELED = 3
     MANIFEST = 4  # a manifest was rejected (missing, corrupt, other model)
     FAILED = 5    # the store failed (connection, I/O, timeout)
-    CHECKSUM = 6  # a page's bytes failed their checksums (check_parts)
+    CHECKSUM = 6  # a page is damaged: bytes failed their checksums (check_parts), or a part's size is not its manifest's
 
 
 _STATUS = tuple(WriteStatus)

@@ -286,7 +286,9 @@ func TestManifestRejected(t *testing.T) {
 	}
 }
 
-// An object whose parts do not match its manifest is a miss too.
+// An object whose parts do not match its manifest (a part cut short or
+// grown) is damaged: the read stops there as for a failed checksum, and the
+// reader counts a checksum error, not a rejected manifest.
 func TestObjectDoesNotMatchManifest(t *testing.T) {
 	m := manifestOf(t, small, tp2pp2, builtin(t, "PLHD"))
 	sizes := partSizes(m)
@@ -295,8 +297,8 @@ func TestObjectDoesNotMatchManifest(t *testing.T) {
 		sizes []int
 		err   string
 	}{
-		{"part count", sizes[:2], fmt.Sprintf("object has 2 parts; manifest %s has 4", m.ID())},
-		{"part size", []int{sizes[0], sizes[1], sizes[2] - 2, sizes[3]}, fmt.Sprintf("object part 2 has %d bytes; manifest %s says %d, with its checksums", sizes[2]-2, m.ID(), sizes[2])},
+		{"part count", sizes[:2], fmt.Sprintf("object has 2 parts; manifest %s has 4: part checksum mismatch", m.ID())},
+		{"part size", []int{sizes[0], sizes[1], sizes[2] - 2, sizes[3]}, fmt.Sprintf("object part 2 has %d bytes; manifest %s says %d, with its checksums: part checksum mismatch", sizes[2]-2, m.ID(), sizes[2])},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -310,8 +312,10 @@ func TestObjectDoesNotMatchManifest(t *testing.T) {
 				require.NoError(t, err)
 				require.EqualError(t, res.Stop, fmt.Sprintf("page %s: %s", keys[1], c.err))
 				require.Equal(t, 1, res.Hit)
+				require.Equal(t, reshard.StopChecksum, reshard.Classify(res.Stop))
 				checkPool(t, rd.Geometry(), before, regions, keys, []int{0, 1}, 1)
 				require.Zero(t, rd.Stats().ManifestsRejected)
+				require.Equal(t, int64(1), rd.Stats().ChecksumErrors)
 			})
 		})
 	}

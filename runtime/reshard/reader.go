@@ -84,9 +84,10 @@ type Stats struct {
 	Ops               int64 // range reads issued
 	ManifestsRejected int64 // manifests missing, corrupt or of another model
 	Fallbacks         int64 // plans built on the interpreter
-	// PartsChecked counts the whole parts hashed and checked against their
-	// checksums (of the pages read, and of the page that failed a check);
-	// ChecksumErrors the parts that did not match.
+	// PartsChecked counts the parts whose checksums were checked (of the
+	// pages read, and of the page that failed a check); ChecksumErrors the
+	// pages that were damaged: bytes that did not match their checksums,
+	// or parts whose sizes did not match the manifest.
 	PartsChecked   int64
 	ChecksumErrors int64
 }
@@ -286,10 +287,12 @@ func (r *Reader) lookup(ctx context.Context, keys []string) (found, error) {
 			if err != nil {
 				return f, fmt.Errorf("page %s: %w", key, err)
 			}
-			var tpl *plan.Plan
-			if err = checkObject(m, o); err == nil {
-				tpl, err = r.planner.Template(m)
+			if err := checkObject(m, o); err != nil {
+				// The object is damaged, not its manifest.
+				r.badSums.Add(1)
+				return f, fmt.Errorf("page %s: %w", key, err)
 			}
+			tpl, err := r.planner.Template(m)
 			if err == nil && r.opts.CheckParts {
 				tpl, err = r.checkedPlan(tpl)
 			}
@@ -332,14 +335,17 @@ func (r *Reader) checkedPlan(tpl *plan.Plan) (*plan.Plan, error) {
 }
 
 // checkObject checks a stored object against its manifest: as many parts,
-// each of the size of its data and checksums (partsum.Size).
+// each of the size of its data and checksums (partsum.Size). An object
+// that differs is damaged (a part cut short or grown): partsum.ErrMismatch,
+// as for bytes that fail their checksums, whether or not the reader
+// checks them.
 func checkObject(m *manifest.Manifest, o store.Object) error {
 	if len(o.PartSizes) != len(m.Parts) {
-		return fmt.Errorf("object has %d parts; manifest %s has %d", len(o.PartSizes), m.ID(), len(m.Parts))
+		return fmt.Errorf("object has %d parts; manifest %s has %d: %w", len(o.PartSizes), m.ID(), len(m.Parts), partsum.ErrMismatch)
 	}
 	for i, n := range o.PartSizes {
 		if want := partsum.Size(m.PartBytes(i)); n != want {
-			return fmt.Errorf("object part %d has %d bytes; manifest %s says %d, with its checksums", i, n, m.ID(), want)
+			return fmt.Errorf("object part %d has %d bytes; manifest %s says %d, with its checksums: %w", i, n, m.ID(), want, partsum.ErrMismatch)
 		}
 	}
 	return nil
