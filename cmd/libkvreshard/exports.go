@@ -443,6 +443,9 @@ func goReaderOptions(p *C.kvr_reader_options) (readerOptions, error) {
 	if err != nil {
 		return readerOptions{}, err
 	}
+	if o.check_parts != 0 && o.check_parts != 1 {
+		return readerOptions{}, invalidf("check_parts is %d; want 0 (no checks) or 1", o.check_parts)
+	}
 	return readerOptions{copyWorkers: int64(o.copy_workers), maxPages: int64(o.max_pages), maxBytes: int64(o.max_bytes),
 		checkParts: o.check_parts != 0}, nil
 }

@@ -194,6 +194,10 @@ void test_options(kvr_store *st) {
     CHECK_MSG(rc, KVR_EINVAL, err, "max_pages is -1; want 0 (no limit) or more");
     rc = set_options(r, 1, 0, INT64_MIN, 0, err, sizeof err);
     CHECK_MSG(rc, KVR_EINVAL, err, "max_bytes is -9223372036854775808; want 0 (no limit) or more");
+    rc = set_options(r, 1, 0, 0, 2, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "check_parts is 2; want 0 (no checks) or 1");
+    rc = set_options(r, 1, 0, 0, -1, err, sizeof err);
+    CHECK_MSG(rc, KVR_EINVAL, err, "check_parts is -1; want 0 (no checks) or 1");
     /* The struct's size: too small, and an option of a newer header. */
     kvr_reader_options small = {.size = 8};
     rc = kvr_reader_set_options(r, &small, err, sizeof err);
