@@ -92,7 +92,7 @@ func TestWriterLockHeld(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res, 3)
 	require.Equal(t, reshard.Failed, res[0].Status)
-	require.EqualError(t, res[0].Err, fmt.Sprintf("write %s part %d: lock %s is held by another writer; waited 200ms", keys[0], part, claims[0]))
+	require.EqualError(t, res[0].Err, fmt.Sprintf("write %s part %d: lock %s is held by another writer; the batch's lock wait (200ms) is spent", keys[0], part, claims[0]))
 	require.Equal(t, []reshard.PageResult{{Key: keys[1], Status: reshard.Written}, {Key: keys[2], Status: reshard.Written}}, res[1:])
 	stats := w.Stats()
 	require.Equal(t, [3]int64{1, 2, 0}, [3]int64{stats.Failed, stats.Written, stats.Refused})

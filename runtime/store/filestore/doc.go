@@ -86,7 +86,9 @@
 // No writer waits for another without bound, and none blocks in flock: a
 // lock that another writer holds is tried again, with a short backoff, for
 // at most the lock wait and until the context's deadline, and cancelling
-// the context ends the wait at once with the context's error. Only a
+// the context ends the wait at once with the context's error. The lock
+// wait is a batch's (one WriteParts), not a part's: once a batch has
+// waited that long in all, a part whose lock is held fails at once. Only a
 // writer that holds a claim's lock exclusively, which a live one does for
 // a moment, makes writers of that claim wait; if it is stopped, their parts
 // fail after the wait with an error that names the lock file and the wait,

@@ -31,11 +31,12 @@ type Options struct {
 	// unwritten before a writer of another layout may take the object over;
 	// 0 means store.DefaultLease.
 	Lease time.Duration
-	// LockWait bounds how long a writer waits for a lock that another
-	// writer holds on an object (see the package documentation) before
-	// it gives up on that part, or, taking the object over, goes on
-	// without the lock; 0 means DefaultLockWait. A context deadline that
-	// comes sooner ends the wait then.
+	// LockWait bounds how long a batch of writes (one WriteParts) waits in
+	// all for locks that other writers hold on its objects (see the
+	// package documentation): a part whose lock it cannot get fails, or,
+	// taking the object over, goes on without the lock; 0 means
+	// DefaultLockWait, and it is at most MaxLockWait. A context deadline
+	// that comes sooner ends the wait then.
 	LockWait time.Duration
 
 	now func() time.Time // the clock; nil means time.Now (tests set it)
@@ -44,6 +45,10 @@ type Options struct {
 // DefaultLockWait is how long a writer waits for a lock that another writer
 // holds when a store is not told otherwise (Options.LockWait).
 const DefaultLockWait = 5 * time.Second
+
+// MaxLockWait bounds Options.LockWait: a writer never waits for others
+// longer than that.
+const MaxLockWait = 10 * time.Minute
 
 const (
 	maxObjects       = 1 << 16 // complete objects remembered per process
@@ -116,6 +121,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.LockWait <= 0 {
 		opts.LockWait = DefaultLockWait
 	}
+	opts.LockWait = min(opts.LockWait, MaxLockWait)
 	if opts.now == nil {
 		opts.now = time.Now
 	}

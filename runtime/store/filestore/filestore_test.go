@@ -128,6 +128,7 @@ func TestOpenURL(t *testing.T) {
 		{"file:///kv?lease=-5m", `lease "-5m" is not a positive duration such as 30s or 10m`},
 		{"file:///kv?lease=x%zz", `cannot parse the query: invalid URL escape "%zz"`},
 		{"file:///kv?lock-wait=1s&lock-wait=2s", "lock-wait is given more than once"},
+		{"file:///kv?lock-wait=1000000h", `lock-wait "1000000h" is more than 10m0s`},
 		{"file:///kv?lock-wait=1s&lock-wait=1s", "lock-wait is given more than once"},
 		{"file:///kv?lock-wait=5", `lock-wait "5" is not a positive duration such as 500ms or 5s`},
 		{"file:///kv?lock-wait=0s", `lock-wait "0s" is not a positive duration such as 500ms or 5s`},

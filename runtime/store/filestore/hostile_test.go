@@ -363,7 +363,7 @@ func TestLeaseLockHeldExclusive(t *testing.T) {
 	release := holdClaim(t, s, "k", unix.LOCK_EX)
 	path := filepath.Join(s.objectDir("k"), "claim")
 	errs := s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 1), twoParts("k2", "a", 0), twoParts("k2", "a", 1)})
-	require.Equal(t, []string{"write k part 1: lock " + path + " is held by another writer; waited 100ms", "<nil>", "<nil>"}, errStrings(errs))
+	require.Equal(t, []string{"write k part 1: lock " + path + " is held by another writer; the batch's lock wait (100ms) is spent", "<nil>", "<nil>"}, errStrings(errs))
 	require.Equal(t, []store.Object{{}, twoPartsObject("a")}, query(t, s, "k", "k2"))
 	release()
 	require.Equal(t, []error{nil}, s.WriteParts(ctx, []store.PartWrite{twoParts("k", "a", 1)}))

@@ -20,7 +20,7 @@ const (
 // lockHeldError is a lock that a writer could not take in time.
 type lockHeldError struct {
 	path string
-	wait time.Duration // the store's lock wait, when that ended the wait
+	wait time.Duration // the store's lock wait, when the batch's was spent
 	err  error         // the context's error, when its deadline ended the wait
 }
 
@@ -28,7 +28,7 @@ func (e *lockHeldError) Error() string {
 	if e.err != nil {
 		return fmt.Sprintf("lock %s is held by another writer; waited until the context's deadline", e.path)
 	}
-	return fmt.Sprintf("lock %s is held by another writer; waited %v", e.path, e.wait)
+	return fmt.Sprintf("lock %s is held by another writer; the batch's lock wait (%v) is spent", e.path, e.wait)
 }
 
 func (e *lockHeldError) Unwrap() error { return e.err }
@@ -50,15 +50,22 @@ func tryFlock(fd int, path string, how int) (bool, error) {
 	}
 }
 
+// lockBudget is what is left of a batch's lock wait: the time its writes
+// may still wait for locks that other writers hold.
+type lockBudget struct{ left time.Duration }
+
 // waitFlock takes a lock on fd, trying again with a short backoff while
-// another holds it, for at most the store's lock wait and until ctx's
-// deadline. It never blocks in flock. When the wait ends it gives a
-// *lockHeldError; when ctx is cancelled it returns ctx.Err() at once.
-func (s *Store) waitFlock(ctx context.Context, fd int, path string, how int) error {
+// another holds it, for at most what is left of the batch's lock wait
+// (which it spends) and until ctx's deadline. It never blocks in flock.
+// When the wait ends it gives a *lockHeldError; when ctx is cancelled it
+// returns ctx.Err() at once.
+func (s *Store) waitFlock(ctx context.Context, wait *lockBudget, fd int, path string, how int) error {
 	if ok, err := tryFlock(fd, path, how); ok || err != nil {
 		return err
 	}
-	bound := time.NewTimer(s.lockWait)
+	start := time.Now()
+	defer func() { wait.left = max(0, wait.left-time.Since(start)) }()
+	bound := time.NewTimer(wait.left)
 	defer bound.Stop()
 	backoff := minLockBackoff
 	retry := time.NewTimer(backoff)
@@ -167,13 +174,13 @@ func (s *Store) expired(mtime time.Time) bool { return s.now().Sub(mtime) > s.le
 // a takeover holds it for a moment): lockTakeover then returns -1 and no
 // error, and the caller goes on without the lock. Close a descriptor it
 // returns to release the lock.
-func (s *Store) lockTakeover(ctx context.Context, dir string) (int, error) {
+func (s *Store) lockTakeover(ctx context.Context, wait *lockBudget, dir string) (int, error) {
 	path := filepath.Join(dir, "lock")
 	fd, _, err := s.openFd(path, unix.O_RDWR|unix.O_CREAT)
 	if err != nil {
 		return -1, err
 	}
-	err = s.waitFlock(ctx, fd, path, unix.LOCK_EX)
+	err = s.waitFlock(ctx, wait, fd, path, unix.LOCK_EX)
 	if held := (*lockHeldError)(nil); errors.As(err, &held) && held.err == nil {
 		var st unix.Stat_t
 		if ferr := unix.Fstat(fd, &st); ferr == nil && s.expired(time.Unix(st.Mtim.Unix())) {

@@ -507,7 +507,7 @@ func TestProcessLockHeld(t *testing.T) {
 	// A writer of the page's layout waits the lock wait and fails that
 	// part; the other pages of its batch are written.
 	errs := s.WriteParts(ctx, append([]store.PartWrite{layoutA.write(key, 0)}, layoutA.writeAll("kv_free")...))
-	require.Equal(t, []string{"write kv_held part 0: lock " + claimPath + " is held by another writer; waited 200ms", "<nil>", "<nil>"}, errStrings(errs))
+	require.Equal(t, []string{"write kv_held part 0: lock " + claimPath + " is held by another writer; the batch's lock wait (200ms) is spent", "<nil>", "<nil>"}, errStrings(errs))
 	layoutA.requireStored(t, s, "kv_free")
 	require.Equal(t, []store.Object{{}}, query(t, s, key))
 
@@ -546,7 +546,7 @@ func TestProcessLockHeld(t *testing.T) {
 	// nobody; the lock file, taken less than a lease ago, does.
 	require.NoError(t, os.Chtimes(lockPath, clk.t, clk.t))
 	clk.add(time.Second)
-	require.Equal(t, []string{"write kv_held part 0: lock " + lockPath + " is held by another writer; waited 200ms"}, errStrings(s.WriteParts(ctx, []store.PartWrite{layoutB.write(key, 0)})))
+	require.Equal(t, []string{"write kv_held part 0: lock " + lockPath + " is held by another writer; the batch's lock wait (200ms) is spent"}, errStrings(s.WriteParts(ctx, []store.PartWrite{layoutB.write(key, 0)})))
 	// Held since longer ago than the lease, it is passed over too: the
 	// page is taken over, completes in the new layout, and its new claim's
 	// lock is free.

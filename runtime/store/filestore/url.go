@@ -70,8 +70,11 @@ func parseQuery(rawQuery string) (Options, error) {
 			opts.Lease, err = store.ParseLease(v[0])
 		default:
 			opts.LockWait, err = time.ParseDuration(v[0])
-			if err != nil || opts.LockWait <= 0 {
+			switch {
+			case err != nil || opts.LockWait <= 0:
 				err = fmt.Errorf("lock-wait %q is not a positive duration such as 500ms or 5s", v[0])
+			case opts.LockWait > MaxLockWait:
+				err = fmt.Errorf("lock-wait %q is more than %v", v[0], MaxLockWait)
 			}
 		}
 		if err != nil {

@@ -20,9 +20,13 @@ import (
 	"github.com/kvreshard/kvreshard/runtime/store"
 )
 
-// WriteParts implements store.Store.
+// WriteParts implements store.Store. The batch waits for locks that other
+// writers hold for at most the store's lock wait in all: once that is
+// spent, a part whose lock is held fails at once, and the rest of the
+// batch goes on.
 func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 	errs := make([]error, len(ws))
+	wait := &lockBudget{left: s.lockWait}
 	for i := range ws {
 		switch {
 		case s.closed.Load():
@@ -30,7 +34,7 @@ func (s *Store) WriteParts(ctx context.Context, ws []store.PartWrite) []error {
 		case ctx.Err() != nil:
 			errs[i] = ctx.Err()
 		default:
-			errs[i] = s.writePart(ctx, &ws[i])
+			errs[i] = s.writePart(ctx, wait, &ws[i])
 		}
 	}
 	return errs
@@ -85,7 +89,7 @@ func parseClaim(path string, b []byte) (*claim, error) {
 	return &claim{parts: int(n), gen: gen, manifest: manifest}, nil
 }
 
-func (s *Store) writePart(ctx context.Context, w *store.PartWrite) error {
+func (s *Store) writePart(ctx context.Context, wait *lockBudget, w *store.PartWrite) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
@@ -95,7 +99,7 @@ func (s *Store) writePart(ctx context.Context, w *store.PartWrite) error {
 	if s.cached(w.Key) != nil {
 		return store.ErrComplete
 	}
-	err := s.writeClaimed(ctx, w, s.objectDir(w.Key))
+	err := s.writeClaimed(ctx, wait, w, s.objectDir(w.Key))
 	if err != nil && err != store.ErrComplete && err != store.ErrLayoutConflict && err != ctx.Err() {
 		return fmt.Errorf("write %s part %d: %w", w.Key, w.Part, err)
 	}
@@ -105,7 +109,7 @@ func (s *Store) writePart(ctx context.Context, w *store.PartWrite) error {
 // writeClaimed writes a part under the object's claim: it makes the first
 // claim if there is none, takes an abandoned object over, and writes the
 // part under the claim of its layout.
-func (s *Store) writeClaimed(ctx context.Context, w *store.PartWrite, dir string) error {
+func (s *Store) writeClaimed(ctx context.Context, wait *lockBudget, w *store.PartWrite, dir string) error {
 	claimPath := filepath.Join(dir, "claim")
 	cleaned := false
 	for attempt := 0; ; attempt++ {
@@ -149,9 +153,9 @@ func (s *Store) writeClaimed(ctx context.Context, w *store.PartWrite, dir string
 		}
 		var again bool
 		if c := cl.c; c != nil && c.parts == w.Parts && c.manifest == w.Manifest {
-			again, err = s.writeUnder(ctx, w, dir, cl)
+			again, err = s.writeUnder(ctx, wait, w, dir, cl)
 		} else {
-			again, err = s.takeOver(ctx, w, dir, cl)
+			again, err = s.takeOver(ctx, wait, w, dir, cl)
 			cleaned = false // the new claim's turn
 		}
 		cl.close()
@@ -164,14 +168,14 @@ func (s *Store) writeClaimed(ctx context.Context, w *store.PartWrite, dir string
 // writeUnder writes w's part under cl, a claim of w's layout, holding the
 // claim's lock shared. It reports again when cl was replaced before the
 // part was begun.
-func (s *Store) writeUnder(ctx context.Context, w *store.PartWrite, dir string, cl *claimFile) (again bool, err error) {
+func (s *Store) writeUnder(ctx context.Context, wait *lockBudget, w *store.PartWrite, dir string, cl *claimFile) (again bool, err error) {
 	c := cl.c
 	if complete, err := partsExist(dir, c); err != nil {
 		return false, err
 	} else if complete {
 		return false, store.ErrComplete
 	}
-	if err := s.waitFlock(ctx, cl.fd, cl.path, unix.LOCK_SH); err != nil {
+	if err := s.waitFlock(ctx, wait, cl.fd, cl.path, unix.LOCK_SH); err != nil {
 		return false, err
 	}
 	if ok, err := cl.current(); err != nil || !ok {
@@ -213,7 +217,7 @@ func (s *Store) writeUnder(ctx context.Context, w *store.PartWrite, dir string, 
 // parse, with a claim of w's layout and a new generation if the object is
 // incomplete and the claim older than the lease. It reports again when the
 // object should be looked at again: taken over, by this writer or another.
-func (s *Store) takeOver(ctx context.Context, w *store.PartWrite, dir string, cl *claimFile) (again bool, err error) {
+func (s *Store) takeOver(ctx context.Context, wait *lockBudget, w *store.PartWrite, dir string, cl *claimFile) (again bool, err error) {
 	refuse := store.ErrLayoutConflict
 	if cl.c == nil {
 		refuse = cl.bad
@@ -229,13 +233,13 @@ func (s *Store) takeOver(ctx context.Context, w *store.PartWrite, dir string, cl
 	// they are writing. A writer that is writing keeps its claim younger
 	// than the lease, so one that still holds the lock after the wait is
 	// stopped, and the object is taken over without the lock.
-	err = s.waitFlock(ctx, cl.fd, cl.path, unix.LOCK_EX)
+	err = s.waitFlock(ctx, wait, cl.fd, cl.path, unix.LOCK_EX)
 	if held := (*lockHeldError)(nil); err != nil && !(errors.As(err, &held) && held.err == nil) {
 		return false, err
 	}
 	// Writers that replace a claim do it one at a time, under the object's
 	// lock file, and look again under it.
-	lk, err := s.lockTakeover(ctx, dir)
+	lk, err := s.lockTakeover(ctx, wait, dir)
 	if err != nil {
 		return false, err
 	}
