@@ -117,3 +117,16 @@ func TestReadJSONVerified(t *testing.T) {
 	require.Regexp(t, `^\{"requested":2,"hit":2,"verified":false,"bytes":512,"ops":32,"seconds":S,"gbps":G,"interpreter_plans":0,"error":"page 0 \(`+
 		keys[0]+`\): [^"\n]+"\}\n$`, stdout)
 }
+
+// A store that cannot be opened is still one JSON object on stdout, the
+// read not verified, with exit 1 and the reason on stderr too.
+func TestReadJSONStoreDown(t *testing.T) {
+	want := errors.New("no route to the store")
+	e := hostEnv
+	e.open = func(context.Context, string) (store.Store, error) { return nil, want }
+	code, stdout, stderr := runIn(e, "read", "--store", "mem://", "--model", "layers=2,kv-heads=2,head-dim=4,dtype=fp32,page=2",
+		"--dst", "tp=1,rank=0/0,layout=page_first", "--pages", "3", "--json")
+	require.Equal(t, 1, code)
+	require.Equal(t, `{"requested":3,"hit":0,"verified":false,"bytes":0,"ops":0,"seconds":0,"gbps":0,"interpreter_plans":0,"error":"no route to the store"}`+"\n", stdout)
+	require.Equal(t, "kvreshard read: no route to the store\n", stderr)
+}

@@ -187,6 +187,13 @@ func readCmd(e env, args []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	st, err := e.openStore(ctx, *storeURL)
 	if err != nil {
+		var ue *usageError
+		if *asJSON && !errors.As(err, &ue) {
+			// A store that cannot be reached: still one JSON object.
+			if jerr := json.NewEncoder(stdout).Encode(readJSON{Requested: *pages, Error: err.Error()}); jerr != nil {
+				return jerr
+			}
+		}
 		return err
 	}
 	defer st.Close()
