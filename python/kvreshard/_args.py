@@ -137,6 +137,8 @@ def pack_slots(slots: Iterable[int], n: int) -> Tuple[Optional[int], Any]:
         # before ascontiguousarray, which makes a 0-d array 1-d
         if slots.ndim != 1:
             raise InvalidArgument("kvreshard: slots must be one-dimensional", _lib.EINVAL)
+        if slots.dtype.kind == "u" and slots.size and slots.max() > (1 << 63) - 1:
+            raise InvalidArgument("kvreshard: slot %d is out of range" % int(slots.max()), _lib.EINVAL)
         a = np.ascontiguousarray(slots, dtype=np.int64)
         if len(a) != n:
             raise InvalidArgument("kvreshard: %d keys but %d slots" % (n, len(a)), _lib.EINVAL)
@@ -145,6 +147,10 @@ def pack_slots(slots: Iterable[int], n: int) -> Tuple[Optional[int], Any]:
         # array.array would read their bytes as raw int64 values, not as
         # the ints they hold
         slots = iter(slots)
+    if not isinstance(slots, (list, tuple)):
+        slots = list(slots) if hasattr(slots, "__iter__") else slots
+    if isinstance(slots, (list, tuple)) and any(type(x) is bool for x in slots):
+        raise TypeError("kvreshard: slots must be ints, not bool")
     try:
         a = array.array("q", slots)
     except TypeError:

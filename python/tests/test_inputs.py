@@ -200,6 +200,15 @@ def test_keys_and_slots_of_any_iterable():
                 r.read(keys[:1], np.array([None], dtype=object))
             with pytest.raises(kv.InvalidArgument, match="^kvreshard: slots must be one-dimensional$"):
                 r.read(keys[:1], np.array(0))
+            # a bool is not a slot (as it is not a count of the model's)
+            for slots in ([True], (False,), iter([True])):
+                with pytest.raises(TypeError, match="^kvreshard: slots must be ints, not bool$"):
+                    r.read(keys[:1], slots)
+            # an unsigned slot past int64 is out of range, not a negative one
+            with pytest.raises(kv.InvalidArgument, match="^kvreshard: slot 18446744073709551615 is out of range$"):
+                r.read(keys[:1], np.array([2**64 - 1], np.uint64))
+            with pytest.raises(kv.InvalidArgument, match="^kvreshard: a slot is out of range$"):
+                r.read(keys[:1], [2**64 - 1])
 
 
 def test_numpy_slots_stay_arrays():
