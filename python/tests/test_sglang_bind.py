@@ -103,6 +103,14 @@ def test_refuses_to_start(tmp_path):
     refused(cfg, pool, "attention context parallelism (attn_cp_size=2): give extra_config cp_interleave, the "
                        "tokens of each run of a page dealt to a CP rank round-robin (the page size for contiguous "
                        "slices)")
+    refused(config(1, 1, 0, 0, url, max_procs=0), pool, "extra_config max_procs=0 is not a positive whole number")
+    big = kv._max_procs() + 1
+    refused(config(1, 1, 0, 0, url, max_procs=big), pool,
+            "extra_config max_procs=%d: n=%d is more than %d, the bound of GOMAXPROCS (1024, or the CPUs when more)"
+            % (big, big, big - 1))
+    refused(config(1, 1, 0, 0, url, max_procs=10**9), pool,
+            "extra_config max_procs=1000000000: n=1000000000 is more than %d, the bound of GOMAXPROCS (1024, or "
+            "the CPUs when more)" % (big - 1))
     with pytest.raises(kv.InvalidArgument, match='unknown scheme "nosuch"'):
         load_backend(config(1, 1, 0, 0, "nosuch://x"))
 

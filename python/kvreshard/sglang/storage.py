@@ -79,7 +79,11 @@ class KvreshardStorage(HiCacheStorage):
                               "host pool in place (batch_get_v1, batch_set_v1)")
         url = store_url(storage_config, extra)
         if "max_procs" in extra:
-            kv.set_max_procs(extra_positive("max_procs", extra["max_procs"]))
+            n = extra_positive("max_procs", extra["max_procs"])
+            try:
+                kv.set_max_procs(n)
+            except kv.InvalidArgument as e:
+                raise ConfigError("extra_config max_procs=%d: %s" % (n, str(e).replace("kvreshard: set_max_procs: ", "")))
         self.check_parts = extra_flag("check_parts", extra.get("check_parts", False))
         self.binding: Optional[Binding] = None
         self._reader: Optional[kv.Reader] = None
