@@ -295,8 +295,9 @@ void test_engine_store(void) {
     CHECK(engine_count(&the_engine, "/done") == NPAGES, "%d commits, want %d", engine_count(&the_engine, "/done"), NPAGES);
     CHECK(the_engine.reads > 0, "no engine reads");
 
-    /* Evict part 2 (PP rank 2's) of page 3: a miss at page 3, and its
-     * commit and claim are gone; written again, it reads. */
+    /* Evict part 2 (PP rank 2's) of page 3: a miss at page 3, and the page
+     * is removed whole (its other parts, commit and claim); written again
+     * by every rank, it reads. */
     keys k3 = page_keys(3, 4);
     char sub[64];
     snprintf(sub, sizeof sub, "%.*s", (int)k3.off[1], k3.buf);
@@ -329,9 +330,12 @@ void test_engine_store(void) {
           rc, res.hit, res.stop, err);
     CHECK(engine_count(&the_engine, "/done") == NPAGES - 1, "the commit of the page is removed: %d commits",
           engine_count(&the_engine, "/done"));
-    kvr_writer *w = open_writer(st, &writers[2], NULL);
-    write_pages(w, 3, 4, KVR_WRITTEN);
-    kvr_writer_close(w, err, sizeof err);
+    CHECK(engine_count(&the_engine, sub) == 0, "%d objects of the page are left", engine_count(&the_engine, sub));
+    for (int i = 0; i < 3; i++) {
+        kvr_writer *w = open_writer(st, &writers[i], NULL);
+        write_pages(w, 3, 4, KVR_WRITTEN);
+        kvr_writer_close(w, err, sizeof err);
+    }
     rc = kvr_reader_read(r, k.buf, k.off, slots, k.n, &res, err, sizeof err);
     CHECK(rc == KVR_OK && res.hit == NPAGES && res.stop == KVR_STOP_NONE, "read after the rewrite: %d hit %" PRId64 " %s", rc,
           res.hit, err);

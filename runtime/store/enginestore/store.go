@@ -503,10 +503,19 @@ func (s *Store) PutMeta(ctx context.Context, key string, val []byte) error {
 	if err := store.CheckMetaSize(key, int64(len(val))); err != nil {
 		return err
 	}
-	if err := s.e.Put(ctx, []string{metaKey(key)}, [][][]byte{{val}})[0]; err != nil {
-		return s.fail(ctx, "put meta "+key, err)
+	// A manifest the engine listed but lost (a holder that died) is kept
+	// by the first put and not found when read back; the engine then
+	// drops it, and the second put stores it anew.
+	var got []byte
+	var err error
+	for range 2 {
+		if err := s.e.Put(ctx, []string{metaKey(key)}, [][][]byte{{val}})[0]; err != nil {
+			return s.fail(ctx, "put meta "+key, err)
+		}
+		if got, err = s.GetMeta(ctx, key); !errors.Is(err, store.ErrNotFound) {
+			break
+		}
 	}
-	got, err := s.GetMeta(ctx, key)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return s.fail(ctx, "put meta "+key, errors.New("stored but not found when read back"))
@@ -601,7 +610,7 @@ func (s *Store) ReadRanges(ctx context.Context, rs []store.Range) (int, error) {
 		r := &rs[done]
 		if errors.Is(err, ErrNotFound) {
 			if c, ok := s.done.Get(r.Key); ok {
-				s.lost(ctx, r.Key, c.manifest)
+				s.lost(ctx, r.Key, c)
 			}
 			err = store.ErrNotFound
 		}
@@ -618,19 +627,28 @@ func ends0(ends []int, n int) int {
 	return ends[n-1]
 }
 
-// lost handles a part of page key found missing under its commit of
-// manifest: the page can no longer be read, and writers would skip it as
-// complete. If the page's commit still names that manifest, it removes the
-// commit and the claim, so that the page is written again. Best effort.
-func (s *Store) lost(ctx context.Context, key, manifest string) {
+// lost handles a part of page key found missing under its commit c: the
+// page can no longer be read, and writers would skip it as complete. It
+// removes the parts c names, and, if the page's commit is c still (or
+// cannot be read), the commit and the claim: the page is removed whole,
+// and written again as a new page (a part that an engine lists but cannot
+// read any more, as Mooncake's of a holder that died, would otherwise be
+// kept by the next put of its key). Best effort.
+func (s *Store) lost(ctx context.Context, key string, c *commit) {
 	s.done.Remove(key)
+	gone := make([]string, 0, len(c.sizes)+2)
+	for p := range c.sizes {
+		gone = append(gone, partKey(key, c.digest, p))
+	}
 	vals, err := s.e.Get(ctx, []string{doneKey(key)}, maxCommitBytes)
-	if err != nil || len(vals) != 1 || vals[0] == nil {
-		return
+	if err == nil && len(vals) == 1 {
+		if vals[0] == nil {
+			gone = append(gone, doneKey(key), claimKey(key))
+		} else if now, err := parseCommit(vals[0]); err == nil && now.manifest == c.manifest {
+			gone = append(gone, doneKey(key), claimKey(key))
+		}
 	}
-	if c, err := parseCommit(vals[0]); err == nil && c.manifest == manifest {
-		s.e.Remove(ctx, []string{doneKey(key), claimKey(key)})
-	}
+	s.e.Remove(ctx, gone)
 }
 
 // Close implements store.Store: it frees the memory the store allocated

@@ -85,8 +85,9 @@ func TestObjects(t *testing.T) {
 }
 
 // TestLostPart: a part that vanished under a page's commit (eviction) is a
-// miss, never a partial page; the store then drops the commit and the
-// claim, so that the page is written again instead of skipped.
+// miss, never a partial page; the store then drops the page whole (its
+// parts, commit and claim), so that the page is written again instead of
+// skipped, every part of it anew.
 func TestLostPart(t *testing.T) {
 	e := enginetest.New()
 	s := New(e, Options{})
@@ -106,11 +107,13 @@ func TestLostPart(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 	require.EqualError(t, err, "read page part 1 [0,64): engine: read: not found")
 	require.Equal(t, []store.Object{{}}, query(t, s, "page"), "the page is a miss")
-	require.Equal(t, []string{"page/p/" + ManifestDigest(m) + "/0"}, e.Keys("page"), "commit and claim gone")
+	require.Empty(t, e.Keys("page"), "parts, commit and claim gone")
 	// Written again, it reads again.
 	require.NoError(t, write(t, s, "page", m, 1, 2, 64))
-	require.Equal(t, store.ErrComplete, write(t, s, "page", m, 0, 2, 64))
+	require.Equal(t, []store.Object{{}}, query(t, s, "page"), "one part of two")
+	require.NoError(t, write(t, s, "page", m, 0, 2, 64))
 	require.True(t, query(t, s, "page")[0].Complete)
+	require.Equal(t, store.ErrComplete, write(t, s, "page", m, 0, 2, 64))
 }
 
 // TestLostCommit: a commit that vanished (eviction) makes its page a miss;
