@@ -34,7 +34,12 @@ this module only moves objects:
   [registered buffer][object][fragment]; ranges that are whole objects go
   through batch_get_into (faster, and it fails within about a second when
   a holder died). Mooncake's OBJECT_NOT_FOUND (-704) is a missing object: a
-  miss, never an error.
+  miss, never an error. So is an object whose transfer failed
+  (TRANSFER_FAIL, -800: its one replica's holder died or cannot be reached,
+  and the master lists it until that holder's lease expires): the engine
+  removes it, so that a writer's put stores the key anew instead of keeping
+  the lost object. A transfer that failed for another reason loses a good
+  object that way: a miss, which the next write mends.
 - remove: batch_remove(force=True) (a read or an exist check leases an
   object for a while; a removal must not wait for that).
 - register_memory and unregister_memory: register_buffer and
@@ -50,13 +55,15 @@ kvreshard.mooncake_local for running them on loopback only (tests).
 
 import ctypes
 import itertools
+import socket
 import threading
 import time
 
 from . import _lib
 from ._lib import InvalidArgument, StoreError  # noqa: F401 (kvreshard.mooncake.StoreError)
 # re-exported: the URL's and the client's names are kvreshard.mooncake's too
-from .mooncake_client import ERRORS, LEASE_EXPIRED, NO_SPACE, NOT_FOUND, NOT_READY, code_name, connect  # noqa: F401
+from .mooncake_client import (ERRORS, LEASE_EXPIRED, NO_SPACE, NOT_FOUND, NOT_READY, TRANSFER_FAIL,  # noqa: F401
+                              code_name, connect)
 from .mooncake_url import DEFAULT_READ_TIMEOUT_MS, parse_size, parse_url, url_from_sglang  # noqa: F401
 
 __all__ = ["MooncakeEngine", "parse_url", "parse_size", "url_from_sglang", "DEFAULT_READ_TIMEOUT_MS"]
@@ -66,6 +73,20 @@ __all__ = ["MooncakeEngine", "parse_url", "parse_size", "url_from_sglang", "DEFA
 # 10 ms of a failed allocation.
 PUT_RETRIES = 5
 PUT_BACKOFF = 0.002
+# A holder that a transfer failed with, and that does not answer a TCP
+# connection within DEAD_HOLDER_CONNECT seconds, is taken for dead for
+# DEAD_HOLDER_SECONDS: the master lists its objects until the holder's
+# lease (--client_ttl, 10 s by default) expires, and a transfer from it
+# fails (or does not return). Meanwhile the engine answers every object the
+# master places only there as missing, reads nothing from it, and removes
+# such objects as it meets them, so that a put of their keys stores them
+# anew (on a live holder) instead of keeping the lost ones.
+DEAD_HOLDER_SECONDS = 30
+DEAD_HOLDER_CONNECT = 1.0
+# A dead holder is asked again at most this often (seconds): one that
+# answers is alive again (a new holder at the same address, whose objects
+# are not the dead one's), or was never dead.
+DEAD_HOLDER_REPROBE = 1.0
 # A get of an object that another client is putting (-703) is tried again
 # this many times, after GET_BACKOFF seconds, then doubling (0.5 s in all).
 GET_RETRIES = 8
@@ -113,13 +134,14 @@ class MooncakeEngine:
         self.owned = owned
         self.read_timeout_ms = read_timeout_ms
         self.lease_ms = lease_ms
+        self._dead = {}  # transport endpoint of a dead holder -> (monotonic time it is dead until, last probed)
         self._mu = threading.Lock()
         self._inflight = 0
         self._closed = False          # the library closed the engine
         self._released = False
         self._opened = False
         self.counts = {"put": 0, "get": 0, "exists": 0, "sizes": 0, "read": 0, "ranges": 0, "whole": 0,
-                       "remove": 0, "put_retries": 0}
+                       "remove": 0, "put_retries": 0, "dropped": 0}
         L = _lib
         self._cbs = (L.ENGINE_PUT(self._wrap("put", self._put)), L.ENGINE_GET(self._wrap("get", self._get)),
                      L.ENGINE_EXISTS(self._wrap("exists", self._exists)),
@@ -244,6 +266,8 @@ class MooncakeEngine:
         np = self.np
         self.counts["put"] += 1
         ks = self._keys(n, keys, offsets)
+        if self._dead:
+            self._stale(ks)  # a put of a key on a dead holder would keep the lost object
         fo = self._arr(frag_off, n + 1, np.int64)
         nf = int(fo[-1])
         ptrs = self._arr(frags, nf, np.uint64).tolist()
@@ -321,7 +345,15 @@ class MooncakeEngine:
         bl = self._arr(bufs, n, np.uint64).tolist()
         cl = self._arr(caps, n, np.int64).tolist()
         out = self._arr(sizes, n, np.int64)
-        rs = list(self.client.batch_get_into(ks, bl, cl))
+        stale = self._stale(ks) if self._dead else ()
+        if stale:
+            live = [i for i in range(n) if ks[i] not in stale]
+            rs = [NOT_FOUND] * n
+            for i, r in zip(live, self.client.batch_get_into([ks[i] for i in live], [bl[i] for i in live],
+                                                            [cl[i] for i in live]) if live else []):
+                rs[i] = r
+        else:
+            rs = list(self.client.batch_get_into(ks, bl, cl))
         if len(rs) != n:
             raise RuntimeError("batch_get_into answered %d of %d objects" % (len(rs), n))
         # An object another client is putting is not ready (-703) for the
@@ -339,13 +371,16 @@ class MooncakeEngine:
             again = self.client.batch_get_into([ks[i] for i in busy], [bl[i] for i in busy], [cl[i] for i in busy])
             for i, r in zip(busy, again):
                 rs[i] = r
+        lost = [ks[i] for i, r in enumerate(rs) if r == TRANSFER_FAIL]
+        if lost:
+            self._failed(lost)
         for i, r in enumerate(rs):
             if r == NOT_READY:
                 out[i] = _lib.ENGINE_MISSING
                 continue
             if r >= 0:
                 out[i] = r
-            elif r == NOT_FOUND:
+            elif r in (NOT_FOUND, TRANSFER_FAIL):
                 out[i] = _lib.ENGINE_MISSING
             elif r == -600:
                 # a buffer too small, or another invalid argument: ask the size
@@ -381,6 +416,10 @@ class MooncakeEngine:
                 _write_err(err, errlen, "%s: batch_is_exist %s: %s" % (self.name, _show(ks[i]), code_name(rs[i])))
                 return -1
             b = (a > 0).astype(np.uint8).tobytes()
+        if self._dead and b.strip(b"\0"):
+            stale = self._stale(ks)
+            if stale:
+                b = bytes(0 if k in stale else x for k, x in zip(ks, b))
         if n:
             ctypes.memmove(exists, b, n)
         return 0
@@ -390,12 +429,16 @@ class MooncakeEngine:
         self.counts["sizes"] += 1
         ks = self._keys(n, keys, offsets)
         out = self._arr(sizes, n, np.int64)
+        stale = self._stale(ks) if self._dead else ()
         try:
             desc = self.client.batch_get_replica_desc(ks)
         except UnicodeError:  # keys that are not UTF-8: one at a time
             desc = None
         for i, k in enumerate(ks):
             size = None
+            if k in stale:
+                out[i] = _lib.ENGINE_MISSING
+                continue
             if desc is not None:
                 reps = desc.get(k.decode("utf-8"))
                 if not reps:
@@ -425,7 +468,13 @@ class MooncakeEngine:
         W = self._arr(whole, nranges, np.uint8)
         R = self._arr(results, nranges, np.int64)
         got = np.empty(nranges, np.int64)
-        wi = np.flatnonzero(W)
+        skip = None  # ranges of objects on a dead holder: missing, not read
+        if self._dead:
+            stale = self._stale(ks)
+            if stale:
+                skip = np.isin(K, [i for i, k in enumerate(ks) if k in stale])
+                got[skip] = NOT_FOUND
+        wi = np.flatnonzero(W if skip is None else W.astype(bool) & ~skip)
         if len(wi):
             # whole objects: batch_get_into, which fails fast when a holder died
             self.counts["whole"] += len(wi)
@@ -433,7 +482,12 @@ class MooncakeEngine:
             if len(rs) != len(wi):
                 raise RuntimeError("batch_get_into answered %d of %d objects" % (len(rs), len(wi)))
             got[wi] = rs
-        ri = np.flatnonzero(W == 0) if len(wi) else None
+        if skip is not None:
+            ri = np.flatnonzero((W == 0) & ~skip)
+        elif len(wi):
+            ri = np.flatnonzero(W == 0)
+        else:
+            ri = None  # every range, in the library's order
         if ri is None or len(ri):
             self.counts["ranges"] += nranges if ri is None else len(ri)
             # [registered buffer][object][fragment], in one call: the ranges
@@ -474,16 +528,87 @@ class MooncakeEngine:
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
             r = int(got[j])
+            failed = got == TRANSFER_FAIL
+            if failed.any():
+                self._failed(sorted(set(ks[x] for x in K[failed].tolist())))
             R[:] = got
-            R[got == NOT_FOUND] = _lib.ENGINE_MISSING
+            R[(got == NOT_FOUND) | failed] = _lib.ENGINE_MISSING
             R[got == -1] = -2  # Mooncake's INTERNAL_ERROR is not a missing object
-            if r != NOT_FOUND:
+            if r not in (NOT_FOUND, TRANSFER_FAIL):
                 _write_err(err, errlen, "%s: read %s [%d,+%d): %s %s" % (
                     self.name, _show(ks[int(K[j])]), int(O[j]), int(L[j]),
                     "batch_get_into" if W[j] else "get_into_ranges", code_name(r) if r < 0 else "%d bytes" % r))
         else:
             R[:] = got
         return 0
+
+    def _failed(self, keys):
+        """Objects whose transfer failed: the holders of their replicas that
+        do not answer a connection are dead (see DEAD_HOLDER_SECONDS), and
+        the objects are dropped."""
+        now = time.monotonic()
+        for ep in set(itertools.chain.from_iterable(self._endpoints(keys).values())):
+            if ep not in self._dead and not _answers(ep):
+                self._dead[ep] = (now + DEAD_HOLDER_SECONDS, now)
+        self._drop(keys)
+
+    def _stale(self, keys):
+        """The keys whose replicas are all on dead holders, dropped; empty
+        when no holder is dead (then without a call to Mooncake)."""
+        now = time.monotonic()
+        for ep, (until, probed) in list(self._dead.items()):
+            if until <= now:
+                self._dead.pop(ep, None)
+            elif now - probed >= DEAD_HOLDER_REPROBE:
+                if _answers(ep):
+                    self._dead.pop(ep, None)  # a new holder there, or it was not dead
+                else:
+                    self._dead[ep] = (until, time.monotonic())
+        if not self._dead:
+            return set()
+        stale = {k for k, eps in self._endpoints(keys).items() if eps and all(e in self._dead for e in eps)}
+        if stale:
+            self._drop(sorted(stale))
+        return stale
+
+    def _endpoints(self, keys):
+        """{key: the transport endpoints of its complete memory replicas}
+        for the keys Mooncake lists (one batch_get_replica_desc; keys that
+        are not UTF-8 are left out)."""
+        try:
+            names = [k.decode("utf-8") for k in keys]
+        except UnicodeError:
+            pairs = []
+            for k in keys:
+                try:
+                    pairs.append((k, k.decode("utf-8")))
+                except UnicodeError:
+                    pass
+        else:
+            pairs = list(zip(keys, names))
+        if not pairs:
+            return {}
+        desc = self.client.batch_get_replica_desc([s for _, s in pairs])
+        out = {}
+        for k, s in pairs:
+            eps = [r.get_memory_descriptor().buffer_descriptor.transport_endpoint for r in desc.get(s) or ()
+                   if r.is_memory_replica() and str(r.status).endswith("COMPLETE")]
+            if eps:
+                out[k] = eps
+        return out
+
+    def _drop(self, keys):
+        """Remove objects whose transfer failed (TRANSFER_FAIL): their one
+        replica's holder is gone or cannot be reached, so they are missing.
+        The master lists them until the holder's lease (--client_ttl)
+        expires, and a put of such a key would keep the lost object (the
+        first writer wins): removed, the key can be stored again at once.
+        Best effort."""
+        self.counts["dropped"] += len(keys)
+        try:
+            self.client.batch_remove(keys, force=True)
+        except Exception:
+            pass
 
     def _remove(self, n, keys, offsets, err, errlen):
         self.counts["remove"] += 1
@@ -525,6 +650,17 @@ def _configs():
     except (ImportError, AttributeError):
         pinned.with_soft_pin = True  # before SoftPinAction
     return plain, pinned
+
+
+def _answers(endpoint):
+    """Whether a Mooncake peer's transport endpoint "host:port" accepts a
+    TCP connection within DEAD_HOLDER_CONNECT seconds."""
+    host, _, port = endpoint.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=DEAD_HOLDER_CONNECT):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _show(k):

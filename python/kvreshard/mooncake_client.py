@@ -10,7 +10,7 @@ import socket
 from ._lib import StoreError
 from .mooncake_url import parse_url
 
-__all__ = ["ERRORS", "NOT_FOUND", "NOT_READY", "LEASE_EXPIRED", "NO_SPACE", "code_name", "connect"]
+__all__ = ["ERRORS", "NOT_FOUND", "NOT_READY", "LEASE_EXPIRED", "NO_SPACE", "TRANSFER_FAIL", "code_name", "connect"]
 
 # Mooncake's error codes that the engine meets (mooncake-store's types.h).
 ERRORS = {
@@ -29,6 +29,7 @@ NOT_FOUND = -704
 NOT_READY = -703
 LEASE_EXPIRED = -707
 NO_SPACE = -200
+TRANSFER_FAIL = -800
 
 
 def code_name(rc):
