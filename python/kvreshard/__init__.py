@@ -298,7 +298,8 @@ class Store(_Handle):
         process when called after its close(). read_timeout_ms bounds a
         read's wait for Mooncake (default 5000; see kvreshard.mooncake_url);
         name names the store in messages (default mooncake://(client
-        <its hostname>))."""
+        <its hostname>); a name that is not a mooncake:// URL is shown as
+        engine:<name>)."""
         from . import mooncake
         self = cls.__new__(cls)
         self._h = 0

@@ -691,6 +691,10 @@ def open_client(client, read_timeout_ms=DEFAULT_READ_TIMEOUT_MS, name=None):
     """(handle, engine) of a store on a client the caller keeps (Store.from_mooncake)."""
     if name is None:
         name = "mooncake://(client %s)" % _client_name(client)
+    elif not isinstance(name, str):
+        raise TypeError("kvreshard: name must be a str, not %s" % type(name).__name__)
+    elif not name.startswith(("mooncake://", "engine:")):
+        name = "engine:" + name  # the library's names of engine stores
     eng = MooncakeEngine(client, name, owned=False, read_timeout_ms=read_timeout_ms)
     return eng.open_store(), eng
 

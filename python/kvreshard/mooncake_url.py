@@ -72,6 +72,11 @@ def parse_size(what, v):
 
 
 _PARAMS = ("metadata", "protocol", "device", "segment", "buffer", "local_hostname", "read_timeout_ms")
+# The transports a client may use (Mooncake's names, as its setup takes them).
+PROTOCOLS = ("tcp", "rdma")
+# SGLang's extra_config key of each URL parameter (url_from_sglang).
+_SGLANG_KEYS = {"metadata": "metadata_server", "protocol": "protocol", "device": "device_name",
+                "segment": "global_segment_size", "buffer": "local_buffer_size", "local_hostname": "local_hostname"}
 _TOKEN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
@@ -130,8 +135,8 @@ def parse_url(url):
                 raise bad("parameter read_timeout_ms %r is not a number of milliseconds" % value)
             cfg[name] = int(value)
         elif name == "protocol":
-            if not _TOKEN.match(value):
-                raise bad("parameter protocol %r is not a protocol name (tcp, rdma)" % value)
+            if value not in PROTOCOLS:
+                raise bad("parameter protocol %r is not one of %s" % (value, ", ".join(PROTOCOLS)))
             cfg[name] = value
         elif name == "device":
             if value and not all(_TOKEN.match(d) for d in value.split(",")):
@@ -222,10 +227,11 @@ def url_from_sglang(extra_config, ranks=1, tp_rank=None):
     if device:
         q.append(("device", device))
     q += [("segment", str(segment)), ("buffer", str(buffer)), ("local_hostname", host)]
-    url = "mooncake://%s?%s" % (master, urllib.parse.urlencode(q, safe=",:/"))
+    url = "mooncake://%s?%s" % (master, urllib.parse.urlencode(q, safe=",:/", quote_via=urllib.parse.quote))
     try:
         parse_url(url)
     except InvalidArgument as e:
-        raise bad("master_server_address" if "master" in str(e) or "HOST:PORT" in str(e) else "value",
-                  str(e)[len("kvreshard: "):]) from None
+        m = re.search(r"parameter (\w+)", str(e))
+        key = _SGLANG_KEYS.get(m.group(1), m.group(1)) if m else "master_server_address"
+        raise bad(key, str(e)[len("kvreshard: "):]) from None
     return url

@@ -14,6 +14,7 @@ unless KVRESHARD_REQUIRE_MOONCAKE=1 (CI), where they fail.
 import ctypes
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ import pytest
 
 import kvreshard as kv
 from kvreshard import mooncake as mc
+from kvreshard import mooncake_client
 from kvreshard import mooncake_local as ml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,8 +77,9 @@ def err(url):
                                           "device, segment, buffer, local_hostname, read_timeout_ms"),
     ("mooncake://10.0.0.5:50051?protocol=tcp&protocol=rdma", "parameter protocol is given twice"),
     ("mooncake://10.0.0.5:50051?protocol", "parameter protocol has no value (want protocol=VALUE)"),
-    ("mooncake://10.0.0.5:50051?protocol=", "parameter protocol '' is not a protocol name (tcp, rdma)"),
-    ("mooncake://10.0.0.5:50051?protocol=t%20cp", "parameter protocol 't cp' is not a protocol name (tcp, rdma)"),
+    ("mooncake://10.0.0.5:50051?protocol=", "parameter protocol '' is not one of tcp, rdma"),
+    ("mooncake://10.0.0.5:50051?protocol=t%20cp", "parameter protocol 't cp' is not one of tcp, rdma"),
+    ("mooncake://10.0.0.5:50051?protocol=TCP", "parameter protocol 'TCP' is not one of tcp, rdma"),
     ("mooncake://10.0.0.5:50051?device=mlx5_0;mlx5_1", "parameter device 'mlx5_0;mlx5_1' is not a list of device "
                                                        "names (mlx5_0,mlx5_1)"),
     ("mooncake://10.0.0.5:50051?segment=lots", "mooncake URL parameter segment 'lots' is not a size (bytes, or a "
@@ -140,6 +143,13 @@ def test_sglang_extra_config(monkeypatch):
         ({"master_server_address": "m:1", "client_server_address": "127.0.0.1:50052"},
          "kvreshard: extra_config client_server_address: kvreshard runs its own Mooncake client in each rank; a "
          "standalone (dummy) client is not supported: give master_server_address"),
+        ({"master_server_address": "m:1", "protocol": ""},
+         "kvreshard: extra_config protocol: mooncake URL 'mooncake://m:1?metadata=P2PHANDSHAKE&protocol=&segment="
+         "4294967296&buffer=16777216&local_hostname=10.0.0.9': parameter protocol '' is not one of tcp, rdma"),
+        ({"master_server_address": "m:1", "device_name": "a b"},
+         "kvreshard: extra_config device_name: mooncake URL 'mooncake://m:1?metadata=P2PHANDSHAKE&protocol=tcp&device="
+         "a%20b&segment=4294967296&buffer=16777216&local_hostname=10.0.0.9': parameter device 'a b' is not a list of "
+         "device names (mlx5_0,mlx5_1)"),
         ({"master_server_address": "nohostport"},
          "kvreshard: extra_config master_server_address: mooncake URL 'mooncake://nohostport?metadata=P2PHANDSHAKE&"
          "protocol=tcp&segment=4294967296&buffer=16777216&local_hostname=10.0.0.9': want mooncake://HOST:PORT, the "
@@ -160,6 +170,38 @@ def test_unreachable_master():
     with pytest.raises(kv.StoreError) as e:
         kv.Store(url)
     assert str(e.value).startswith("kvreshard: %s: cannot reach the Mooncake master at 127.0.0.1:%d: " % (url, port))
+
+
+def test_what_this_host_lacks(monkeypatch, tmp_path):
+    """What Mooncake's setup would wait minutes on, then fail without
+    naming, is refused first: an RDMA device this host lacks (ValueError
+    naming protocol or device), a segment past its memory (ValueError), a
+    metadata server that takes no connection (StoreError, within seconds)."""
+    monkeypatch.setattr(mooncake_client, "RDMA_DEVICES", str(tmp_path / "infiniband"))
+    url = "mooncake://127.0.0.1:1?protocol=rdma"
+    assert err(url) == ("kvreshard: mooncake URL %r: protocol rdma: this host has no RDMA device (%s is empty); "
+                        "use protocol=tcp" % (url, tmp_path / "infiniband"))
+    (tmp_path / "infiniband").mkdir()
+    (tmp_path / "infiniband" / "mlx5_0").mkdir()
+    url = "mooncake://127.0.0.1:1?protocol=rdma&device=mlx5_0,mlx5_1"
+    assert err(url) == ("kvreshard: mooncake URL %r: parameter device 'mlx5_1': this host has no RDMA device mlx5_1 "
+                        "(it has mlx5_0)" % url)
+    total = mooncake_client._host_memory()
+    assert total > 0
+    url = "mooncake://127.0.0.1:1?segment=%d" % (total + 1)
+    assert err(url) == ("kvreshard: mooncake URL %r: parameter segment %d: more than the %d bytes of memory of this "
+                        "host" % (url, total + 1, total))
+    # a metadata server is asked before Mooncake's setup: a master that
+    # answers (this socket), a metadata server that does not
+    with socket.socket() as master:
+        master.bind(("127.0.0.1", 0))
+        master.listen(1)
+        port = ml.free_port()
+        for md in ("etcd://127.0.0.1:%d" % port, "http://127.0.0.1:%d/metadata" % port):
+            url = "mooncake://127.0.0.1:%d?metadata=%s" % (master.getsockname()[1], md)
+            with pytest.raises(kv.StoreError) as e:
+                mooncake_client.connect(url)
+            assert str(e.value).startswith("kvreshard: %s: cannot reach the metadata server %s: " % (url, md))
 
 
 def test_callbacks_never_raise():
