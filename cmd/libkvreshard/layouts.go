@@ -47,7 +47,7 @@ func layoutsText() string {
 // what is not a registered part layout.
 func defineLayout(kind, name, order, writes string) error {
 	if kind == ir.Pool.String() && writes != "" {
-		parts := strings.Join(partLayouts(), ", ")
+		parts := kernel.ListNames(partLayouts())
 		w, err := kernel.LayoutNamed(writes)
 		if err != nil {
 			return invalidf("layout %q: writes %q, which is not a registered part layout (%s)", name, writes, parts)

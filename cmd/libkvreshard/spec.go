@@ -84,7 +84,7 @@ func partLayouts() []string { return kernel.LayoutsOf(ir.Part) }
 
 // poolLayout returns the pool layout called name.
 func poolLayout(name string) (*ir.Layout, error) {
-	names := strings.Join(poolLayouts(), ", ")
+	names := kernel.ListNames(poolLayouts())
 	if name == "" {
 		return nil, invalidf("pool: layout is required (%s)", names)
 	}
@@ -101,7 +101,7 @@ func poolLayout(name string) (*ir.Layout, error) {
 // partLayout returns the part layout called name, or the one pool writes
 // (its .kvl declaration's writes clause) when name is "".
 func partLayout(name string, pool *ir.Layout) (*ir.Layout, error) {
-	names := strings.Join(partLayouts(), ", ")
+	names := kernel.ListNames(partLayouts())
 	if name == "" {
 		l, err := kernel.DefaultPart(pool)
 		if err != nil {

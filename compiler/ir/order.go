@@ -12,6 +12,10 @@ import (
 // MaxFactor is the largest split factor an order may use.
 const MaxFactor = 1 << 20
 
+// MaxName bounds the length of a layout's name: names are in every message
+// about a layout, and in the names of generated kernels.
+const MaxName = 128
+
 // Pos is a position in an order text: line and column from 1, the column
 // counted in characters; the zero Pos is no position.
 type Pos struct {
@@ -104,7 +108,11 @@ const maxOrderErrs = 4
 // "; ", the first maxOrderErrs of them and how many more there are.
 func (e *OrderError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "layout %q: order %q: ", e.Name, e.Order)
+	if len(e.Name) > MaxName {
+		fmt.Fprintf(&b, "layout %.20q...: order %q: ", e.Name, e.Order)
+	} else {
+		fmt.Fprintf(&b, "layout %q: order %q: ", e.Name, e.Order)
+	}
 	if len(e.Errs) == 0 {
 		b.WriteString("invalid")
 		return b.String()
@@ -326,6 +334,8 @@ func CheckOrder(d *OrderDecl) []*OrderErr {
 	}
 	if keywords[d.Name] {
 		add(d.Pos, "invalid layout name %q; part, pool, order and writes are keywords", d.Name)
+	} else if len(d.Name) > MaxName {
+		add(d.Pos, "invalid layout name %.20q...; a name is at most %d characters, not %d", d.Name, MaxName, len(d.Name))
 	} else if !identRE.MatchString(d.Name) {
 		add(d.Pos, "invalid layout name %q; a name is a letter or _ followed by letters, digits and _", d.Name)
 	}

@@ -1,6 +1,7 @@
 package ir_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -41,4 +42,15 @@ func TestCheckOrderAtDeclaration(t *testing.T) {
 	require.Equal(t, "pool layout x has no slot axis S", ir.CheckOrder(d)[0].Error())
 	require.Equal(t, "2:20: whole axis C has a split factor 4", ir.CheckOrder(d)[3].Error())
 	require.True(t, ir.Splittable("T") && ir.Splittable("D") && !ir.Splittable("L"))
+}
+
+// TestLongNames: a layout's name is at most MaxName characters, and a
+// longer one is cut in the messages that show it.
+func TestLongNames(t *testing.T) {
+	name := strings.Repeat("n", ir.MaxName)
+	_, err := ir.ParseOrder("part", name, "C T L H D")
+	require.NoError(t, err)
+	long := strings.Repeat("x", 5000)
+	_, err = ir.ParseOrder("part", long, "C T L H D")
+	require.EqualError(t, err, `layout "xxxxxxxxxxxxxxxxxxxx"...: order "C T L H D": invalid layout name "xxxxxxxxxxxxxxxxxxxx"...; a name is at most 128 characters, not 5000`)
 }

@@ -89,7 +89,7 @@ func LayoutNamed(name string) (*ir.Layout, error) {
 	l, ok := layouts.byName[name]
 	layouts.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("unknown layout %q; layouts are %s", name, strings.Join(LayoutNames(), ", "))
+		return nil, fmt.Errorf("unknown layout %q; layouts are %s", name, ListNames(LayoutNames()))
 	}
 	return l, nil
 }
@@ -113,6 +113,19 @@ func LayoutNames() []string {
 	return append([]string(nil), layouts.names...)
 }
 
+// maxListed bounds the names ListNames shows.
+const maxListed = 16
+
+// ListNames joins names for a message: the first maxListed of them, then
+// how many more there are, so that a process that registered many layouts
+// keeps its messages short.
+func ListNames(names []string) string {
+	if len(names) <= maxListed {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ", "), len(names)-maxListed)
+}
+
 // LayoutsOf returns the names of the registered layouts of kind k.
 func LayoutsOf(k ir.Kind) []string {
 	var out []string
@@ -131,7 +144,7 @@ func LayoutsOf(k ir.Kind) []string {
 func DefaultPart(pool *ir.Layout) (*ir.Layout, error) {
 	if pool.Writes == "" {
 		return nil, fmt.Errorf("pool layout %s names no part layout to write (writes); name one (%s)",
-			pool.Name, strings.Join(LayoutsOf(ir.Part), ", "))
+			pool.Name, ListNames(LayoutsOf(ir.Part)))
 	}
 	l, err := LayoutNamed(pool.Writes)
 	if err != nil {

@@ -2,6 +2,7 @@ package kernel_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -116,4 +117,17 @@ func TestRegisterLayoutConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestListNames: messages list at most 16 layout names, then how many
+// more there are, however many layouts a process registered.
+func TestListNames(t *testing.T) {
+	require.Equal(t, "", kernel.ListNames(nil))
+	require.Equal(t, "a, b", kernel.ListNames([]string{"a", "b"}))
+	var names []string
+	for i := range 40 {
+		names = append(names, fmt.Sprintf("n%d", i))
+	}
+	require.Equal(t, "n0, n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, n12, n13, n14, n15 and 24 more", kernel.ListNames(names))
+	require.Equal(t, kernel.ListNames(names[:16]), strings.Join(names[:16], ", "))
 }
