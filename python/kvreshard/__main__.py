@@ -8,9 +8,10 @@ Commands:
 """
 
 import sys
+from typing import List, Optional
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(__doc__.strip())

@@ -66,7 +66,7 @@ import mmap
 import os
 import sys
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
 import kvreshard as kv
 
@@ -332,7 +332,7 @@ def serve(inp: Iterable[str], out: TextIO) -> int:
 # ---------------------------------------------------------------------------
 # The Mooncake figures
 
-def part_spans(part_layout, pages_keys, part_bytes):
+def part_spans(part_layout: str, pages_keys: int, part_bytes: int) -> List[Tuple[int, int, int]]:
     """The source spans of the resharding reader (TP 4 x PP 2 rank 0/0:
     layers 0-39 of heads 0 and 1, parts 0 and 1 of TP 8) in each part, as
     (part index, offset, length) lists: PLHD parts (token, layer, dim) give
@@ -346,7 +346,7 @@ def part_spans(part_layout, pages_keys, part_bytes):
     return [(p, c * comp + t * 2 * span, span) for p in (0, 1) for c in (0, 1) for t in range(PAGE)]
 
 
-def mooncake_main(a):
+def mooncake_main(a: argparse.Namespace) -> int:
     """Measure, in turns, on a master and holder of our own: a resharded
     read of a.pages pages (TP 8 parts of each of PLHD and LPHD, read by TP
     4 x PP 2 rank 0/0 into page_first) against batch_get_into of as many
@@ -366,7 +366,7 @@ def mooncake_main(a):
     share = page_bytes // 8  # the reader's bytes of a page: half the layers of 2 of the 8 heads
     qpages = 128
     segment = (2 * n * page_bytes + 2 * n * share + qpages * (1 << 20)) * 5 // 4 + (64 << 20)
-    out = {"pages": n, "turns": turns, "page_bytes": page_bytes, "share": share, "segment": segment}
+    out: Dict[str, Any] = {"pages": n, "turns": turns, "page_bytes": page_bytes, "share": share, "segment": segment}
     with ml.Master() as master, ml.Holder(master, segment):
         st = kv.Store(master.url)
         client = st.engine.client
@@ -380,7 +380,7 @@ def mooncake_main(a):
         pool, mem = reshard_pool(n)
         slots = list(range(n - 1, -1, -1))
         rd = kv.Reader(st, m, kv.Placement(4, 2, rank=(0, 0), pp_layers=[40, 40]), pool)
-        layouts = {}
+        layouts: Dict[str, Dict[str, Any]] = {}
         for pl in ("PLHD", "LPHD"):
             res = rd.read(ks[pl], slots)
             if res.hit != n:
@@ -401,20 +401,21 @@ def mooncake_main(a):
         if any(r != 0 for r in rs):
             raise RuntimeError("batch_put_from of the baseline objects: %s" % rs)
 
-        def get_into():
+        def get_into() -> None:
             rs = client.batch_get_into(objs, [base + i * share for i in range(n)], [share] * n)
             if any(r != share for r in rs):
                 raise RuntimeError("batch_get_into: %s" % rs)
 
-        def resharded(pl):
-            def f():
+        def resharded(pl: str) -> Callable[[], None]:
+            def f() -> None:
                 res = rd.read(ks[pl], slots)
                 if res.hit != n:
                     raise RuntimeError("%s: read %d of %d pages: %s" % (pl, res.hit, n, res.message))
             return f
 
-        def ranges(pl):
+        def ranges(pl: str) -> Tuple[Callable[[], None], int]:
             spans = part_spans(pl, n, part_bytes)
+            bdst: List[List[int]]
             bkeys, bdst, bsrc, bsz, at = [], [], [], [], 0
             for k in ks[pl]:
                 for p in (0, 1):
@@ -429,7 +430,7 @@ def mooncake_main(a):
             args = ([base], [bkeys], [bdst], [bsrc], [bsz])
             want = [bsz]
 
-            def f():
+            def f() -> None:
                 r = client.get_into_ranges(*args)
                 if r != want:
                     raise RuntimeError("get_into_ranges: %s" % str(r)[:300])
@@ -439,10 +440,10 @@ def mooncake_main(a):
         stored = client.get_size(parts[(ks["PLHD"][0], 0)])
         out["part_stored_bytes"] = stored
 
-        def whole_parts(pl):
+        def whole_parts(pl: str) -> Callable[[], None]:
             pk = [parts[(k, p)] for k in ks[pl] for p in (0, 1)]
 
-            def f():
+            def f() -> None:
                 rs = client.batch_get_into(pk, [base + i * stored for i in range(len(pk))], [stored] * len(pk))
                 if any(r != stored for r in rs):
                     raise RuntimeError("batch_get_into of parts: %s" % rs)
@@ -466,7 +467,7 @@ def mooncake_main(a):
     return 0
 
 
-def write_parts(st, m, ks, part_layout):
+def write_parts(st: kv.Store, m: kv.Model, ks: Sequence[str], part_layout: str) -> None:
     """Every TP 8 rank writes the pages of ks from slot 0 of a page_first
     pool whose K and V bytes say which rank, layer, head and token they
     are (see _verify)."""
@@ -481,7 +482,7 @@ def write_parts(st, m, ks, part_layout):
                     raise RuntimeError("TP rank %d: write gave %s" % (t, bad[0].name))
 
 
-def _pattern(head, comp):
+def _pattern(head: int, comp: int) -> Any:
     """One head's page_first pool of one slot, [token, layer, 1, dim] of
     uint16: element (t, l, d) is a mix of head, component, token, layer and
     dim that no other element has."""
@@ -491,7 +492,7 @@ def _pattern(head, comp):
     return np.ascontiguousarray(x.astype(np.uint16).reshape(PAGE, LAYERS, 1, DIM))
 
 
-def _verify(pool, slots, n):
+def _verify(pool: kv.Pool, slots: Sequence[int], n: int) -> None:
     """Every slot of the reader's pool holds layers 0-39 of heads 0 and 1."""
     import numpy as np
     for c, arr in enumerate(pool.regions):
@@ -502,7 +503,7 @@ def _verify(pool, slots, n):
                 raise RuntimeError("slot %d of component %d does not hold the bytes written" % (s, c))
 
 
-def _part_keys(master, domain):
+def _part_keys(master: Any, domain: str) -> Dict[Tuple[str, int], str]:
     """{(page key, part): the Mooncake key of the part}, from the master's
     list of keys (the part keys name a digest of their manifest)."""
     import urllib.request
@@ -516,7 +517,7 @@ def _part_keys(master, domain):
     return out
 
 
-def _turns(turns, f, g):
+def _turns(turns: int, f: Callable[[], None], g: Callable[[], None]) -> List[List[float]]:
     """turns turns of f and g, in the order f g g f, then g f f g: each
     turn's [time of f, time of g], each the mean of its two runs."""
     out = []
@@ -535,7 +536,7 @@ def _turns(turns, f, g):
     return out
 
 
-def _query(st, client, n, rounds):
+def _query(st: kv.Store, client: Any, n: int, rounds: int) -> Dict[str, Any]:
     """Reader.exists of n pages written (a small model, TP 1) against one
     batch_is_exist of their n commit keys, in turns of 10 calls each; and
     the first Reader.exists (it reads the commits; later ones remember
@@ -556,12 +557,12 @@ def _query(st, client, n, rounds):
         if first != n:
             raise RuntimeError("Reader.exists: %d of %d pages" % (first, n))
 
-        def exists():
+        def exists() -> None:
             for _ in range(10):
                 if r.exists(ks) != n:
                     raise RuntimeError("Reader.exists lost pages")
 
-        def batch():
+        def batch() -> None:
             for _ in range(10):
                 rs = client.batch_is_exist(done)
                 if rs.count(1) != n:

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 # The pool layouts the oracle knows: SGLang's host pools, whose numpy
 # shapes it builds itself (comp_shape); the part layouts and which pool
@@ -48,44 +49,45 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Spec:
     """The demo's model, as the oracle and kvreshard.Model see it."""
 
-    def __init__(self, layers, kv_heads, head_dim, v_head_dim, dtype, page, name):
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, v_head_dim: int, dtype: str, page: int,
+                 name: str) -> None:
         self.layers, self.kv_heads, self.page, self.dtype, self.name = layers, kv_heads, page, dtype, name
         self.head_dim, self.v_head_dim = head_dim, v_head_dim
         self.dims = [head_dim, v_head_dim or head_dim]
 
     @classmethod
-    def of(cls, d):
+    def of(cls, d: Dict[str, Any]) -> "Spec":
         return cls(d["layers"], d["kv_heads"], d["head_dim"], d["v_head_dim"], d["dtype"], d["page"], d["name"])
 
-    def dict(self):
+    def dict(self) -> Dict[str, Any]:
         return dict(layers=self.layers, kv_heads=self.kv_heads, head_dim=self.head_dim, v_head_dim=self.v_head_dim,
                     dtype=self.dtype, page=self.page, name=self.name)
 
-    def model(self):
+    def model(self) -> Any:
         import kvreshard as kv
         return kv.Model(layers=self.layers, kv_heads=self.kv_heads, head_dim=self.head_dim,
                         v_head_dim=self.v_head_dim or None, dtype=self.dtype, page=self.page, name=self.name)
 
-    def uint(self):
+    def uint(self) -> Any:
         import numpy as np
         return {1: np.uint8, 2: np.uint16, 4: np.uint32}[ITEM[self.dtype]]
 
-    def page_bytes(self):
+    def page_bytes(self) -> int:
         return self.page * self.layers * self.kv_heads * sum(self.dims) * ITEM[self.dtype]
 
 
-def split(layers, pp):
+def split(layers: int, pp: int) -> List[int]:
     """Layers of each PP stage: the even split, the remainder to the first stages."""
     return [layers // pp + (1 if s < layers % pp else 0) for s in range(pp)]
 
 
-def stage(layers, pp, p):
+def stage(layers: int, pp: int, p: int) -> Tuple[int, int]:
     sp = split(layers, pp)
     a = sum(sp[:p])
     return a, a + sp[p]
 
 
-def heads_of(kv_heads, tp, t):
+def heads_of(kv_heads: int, tp: int, t: int) -> Tuple[int, int]:
     """[start, end) of the KV heads of TP rank t (one replicated head when tp > kv_heads)."""
     if tp <= kv_heads:
         per = kv_heads // tp
@@ -97,7 +99,7 @@ def heads_of(kv_heads, tp, t):
 # ---------------------------------------------------------------------------
 # The oracle: numpy only, nothing of kvreshard.
 
-def logical_page(spec, key):
+def logical_page(spec: Spec, key: str) -> List[Any]:
     """Page `key`: one [token, layer, head, element] array a component (K, V),
     random bits seeded by the key."""
     import numpy as np
@@ -108,7 +110,7 @@ def logical_page(spec, key):
             for d in spec.dims]
 
 
-def comp_shape(layout, slots, page, layers, heads, dim):
+def comp_shape(layout: str, slots: int, page: int, layers: int, heads: int, dim: int) -> Tuple[int, ...]:
     """One component's buffer in SGLang's host pool layouts."""
     size = slots * page
     return {"layer_first": (layers, size, heads, dim), "page_first": (size, layers, heads, dim),
@@ -116,7 +118,7 @@ def comp_shape(layout, slots, page, layers, heads, dim):
             "page_head": (slots, heads, page, layers, dim)}[layout]
 
 
-def slot_view(comp, layout, slot, page):
+def slot_view(comp: Any, layout: str, slot: int, page: int) -> Any:
     """Slot `slot` of a component buffer as a [token, layer, head, element] view."""
     if layout == "layer_first":
         L, size, H, D = comp.shape
@@ -129,12 +131,12 @@ def slot_view(comp, layout, slot, page):
     return comp[slot].transpose(1, 2, 0, 3)  # page_head
 
 
-def new_pool(spec, layout, slots, layers, heads, fill=0):
+def new_pool(spec: Spec, layout: str, slots: int, layers: int, heads: int, fill: int = 0) -> List[Any]:
     import numpy as np
     return [np.full(comp_shape(layout, slots, spec.page, layers, heads, d), fill, spec.uint()) for d in spec.dims]
 
 
-def share(pg, layers, heads):
+def share(pg: Sequence[Any], layers: Tuple[int, int], heads: Tuple[int, int]) -> List[Any]:
     (l0, l1), (h0, h1) = layers, heads
     return [c[:, l0:l1, h0:h1, :] for c in pg]
 
@@ -142,11 +144,11 @@ def share(pg, layers, heads):
 # ---------------------------------------------------------------------------
 # A rank process
 
-def keys_of(part, pages):
+def keys_of(part: str, pages: int) -> List[str]:
     return ["demo-%s-%d" % (part, i) for i in range(pages)]
 
 
-def rank_main(a):
+def rank_main(a: Dict[str, Any]) -> int:
     """One writer or reader rank; prints one JSON line."""
     import numpy as np
     import kvreshard as kv
@@ -158,7 +160,7 @@ def rank_main(a):
     place = kv.Placement(tp, pp, rank=(t, p), pp_layers=split(spec.layers, pp))
     m = spec.model()
     n = a["pages"]
-    out = {"rank": [t, p], "pid": os.getpid(), "parts": {}}
+    out: Dict[str, Any] = {"rank": [t, p], "pid": os.getpid(), "parts": {}}
     with kv.Store(a["url"]) as st:
         if a["role"] == "write":
             for part in a["parts"]:
@@ -173,7 +175,7 @@ def rank_main(a):
                     statuses = w.write(keys, range(n))
                     secs = time.perf_counter() - start
                     stats = w.stats()
-                counts = {}
+                counts: Dict[str, int] = {}
                 for s in statuses:
                     counts[s.name] = counts.get(s.name, 0) + 1
                 out["parts"][part] = {"pool": layout, "statuses": counts, "seconds": secs, "bytes": stats.bytes}
@@ -209,7 +211,7 @@ def rank_main(a):
 # ---------------------------------------------------------------------------
 # The driver
 
-def topology(s):
+def topology(s: str) -> Tuple[int, int]:
     """"TP1/PP3" (or "1x3") as (tp, pp)."""
     t = s.upper().replace(" ", "")
     try:
@@ -227,7 +229,7 @@ def topology(s):
     return tp, pp
 
 
-def part_layouts():
+def part_layouts() -> Dict[str, str]:
     """{part layout: the pool layout its writers hold pages in}: every part
     layout the library knows that a pool layout of POOL_LAYOUTS writes by
     default (the first such pool), in the library's order."""
@@ -243,8 +245,8 @@ def part_layouts():
     return out
 
 
-def names(allowed):
-    def parse(s):
+def names(allowed: Sequence[str]) -> Callable[[str], List[str]]:
+    def parse(s: str) -> List[str]:
         out = [x.strip() for x in s.split(",") if x.strip()]
         for x in out:
             if x not in allowed:
@@ -255,11 +257,11 @@ def names(allowed):
     return parse
 
 
-def topo_name(tp, pp):
+def topo_name(tp: int, pp: int) -> str:
     return "TP%d/PP%d" % (tp, pp)
 
 
-def spawn(a, timeout):
+def spawn(a: Dict[str, Any], timeout: int) -> "subprocess.Popen[str]":
     """Start a rank process; its environment runs this package."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([PACKAGE_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -267,7 +269,8 @@ def spawn(a, timeout):
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
 
 
-def run_ranks(role, args, spec, url, tp, pp, extra, timeout):
+def run_ranks(role: str, args: argparse.Namespace, spec: Spec, url: str, tp: int, pp: int, extra: Dict[str, Any],
+              timeout: int) -> Tuple[Dict[Tuple[int, int], Dict[str, Any]], List[str]]:
     """Run every rank of tp x pp as its own process, together; their answers
     by rank, after all exited."""
     procs = []
@@ -296,7 +299,7 @@ def run_ranks(role, args, spec, url, tp, pp, extra, timeout):
     return outs, errors
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kvreshard demo", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", default="", help="store URL: file:///dir, redis://host:port, mooncake://host:port?... "
@@ -361,7 +364,7 @@ def main(argv=None):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def demo(a, spec, url):
+def demo(a: argparse.Namespace, spec: Spec, url: str) -> int:
     import kvreshard as kv
     out = sys.stdout
     shown = url.split("?")[0]
@@ -392,7 +395,7 @@ def demo(a, spec, url):
     rows, failed = [], 0
     writes = []
     for part in a.parts:
-        st = {}
+        st: Dict[str, int] = {}
         secs = nbytes = 0
         for o in wouts.values():
             w = o["parts"][part]

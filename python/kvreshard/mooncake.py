@@ -58,6 +58,7 @@ import itertools
 import socket
 import threading
 import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from . import _lib
 from ._lib import InvalidArgument, StoreError  # noqa: F401 (kvreshard.mooncake.StoreError)
@@ -93,7 +94,7 @@ GET_RETRIES = 8
 GET_BACKOFF = 0.002
 
 
-def _np():
+def _np() -> Any:
     try:
         import numpy
     except ImportError:
@@ -103,7 +104,7 @@ def _np():
 
 # Engines whose store is open: their callbacks must outlive every call of
 # the library, which ends with their close callback.
-_LIVE = set()
+_LIVE: Set["MooncakeEngine"] = set()
 _LIVE_LOCK = threading.Lock()
 
 
@@ -116,7 +117,8 @@ class MooncakeEngine:
     client when the store closes. open_store() opens the library's store
     on it, once."""
 
-    def __init__(self, client, name, owned=False, read_timeout_ms=DEFAULT_READ_TIMEOUT_MS, lease_ms=0):
+    def __init__(self, client: Any, name: str, owned: bool = False, read_timeout_ms: int = DEFAULT_READ_TIMEOUT_MS,
+                 lease_ms: int = 0) -> None:
         if isinstance(read_timeout_ms, bool) or not isinstance(read_timeout_ms, int) or read_timeout_ms < 0:
             raise InvalidArgument("kvreshard: read_timeout_ms must be a non-negative int, not %r"
                                   % (read_timeout_ms,), _lib.EINVAL)
@@ -134,7 +136,8 @@ class MooncakeEngine:
         self.owned = owned
         self.read_timeout_ms = read_timeout_ms
         self.lease_ms = lease_ms
-        self._dead = {}  # transport endpoint of a dead holder -> (monotonic time it is dead until, last probed)
+        # transport endpoint of a dead holder -> (monotonic time it is dead until, last probed)
+        self._dead: Dict[str, Tuple[float, float]] = {}
         self._mu = threading.Lock()
         self._inflight = 0
         self._closed = False          # the library closed the engine
@@ -154,7 +157,7 @@ class MooncakeEngine:
         self.table = L.CEngine(ctypes.sizeof(L.CEngine), None, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
                                c[8], read_timeout_ms, lease_ms)
 
-    def open_store(self):
+    def open_store(self) -> Optional[int]:
         """Open the library's store on this engine; its handle. When the open
         fails the engine is closed (with the client, if owned) and the
         error raised."""
@@ -177,20 +180,20 @@ class MooncakeEngine:
 
     # -- the life of the client
 
-    def _enter(self):
+    def _enter(self) -> None:
         with self._mu:
             if self._closed:
                 raise _Closed()
             self._inflight += 1
 
-    def _leave(self):
+    def _leave(self) -> None:
         with self._mu:
             self._inflight -= 1
             last = self._closed and self._inflight == 0
         if last:
             self._close_client()
 
-    def _close_cb(self, ctx):
+    def _close_cb(self, ctx: Optional[int]) -> None:
         """The library's close: no call enters after it; the client (when
         owned) is closed now, or when the last call in flight returns (a
         read the library gave up on may still be blocked in Mooncake)."""
@@ -205,7 +208,7 @@ class MooncakeEngine:
         except BaseException:
             pass
 
-    def _close_client(self):
+    def _close_client(self) -> None:
         with self._mu:
             if self._released:
                 return
@@ -217,13 +220,13 @@ class MooncakeEngine:
                 pass
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
-    def _wrap(self, what, f):
+    def _wrap(self, what: str, f: Callable[..., int]) -> Callable[..., int]:
         """A callback of f: never raises; a failure is a negative return with
         the message in err."""
-        def cb(*args):
+        def cb(*args: Any) -> int:
             err, errlen = args[-2], args[-1]
             try:
                 self._enter()
@@ -247,22 +250,24 @@ class MooncakeEngine:
 
     # -- helpers over the C arrays
 
-    def _arr(self, addr, n, dtype):
+    def _arr(self, addr: Optional[int], n: int, dtype: Any) -> Any:
         """A numpy view of n elements of dtype at addr (C memory, valid during the call)."""
         np = self.np
         if n == 0 or not addr:
             return np.zeros(0, dtype)
         return np.frombuffer((ctypes.c_char * (n * np.dtype(dtype).itemsize)).from_address(addr), dtype)
 
-    def _keys(self, n, keys, offsets):
+    def _keys(self, n: int, keys: Optional[int], offsets: Optional[int]) -> List[bytes]:
         """The n keys as bytes."""
         off = self._arr(offsets, n + 1, self.np.int64).tolist()
-        raw = ctypes.string_at(keys, off[-1]) if off[-1] else b""
+        raw = ctypes.string_at(keys, off[-1]) if off[-1] else b""  # type: ignore[arg-type]  # not NULL then
         return list(map(raw.__getitem__, itertools.starmap(slice, zip(off, off[1:]))))
 
     # -- callbacks
 
-    def _put(self, n, keys, offsets, frags, frag_lens, frag_off, results, err, errlen):
+    def _put(self, n: int, keys: Optional[int], offsets: Optional[int], frags: Optional[int],
+             frag_lens: Optional[int], frag_off: Optional[int], results: Optional[int], err: Optional[int],
+             errlen: int) -> int:
         np = self.np
         self.counts["put"] += 1
         ks = self._keys(n, keys, offsets)
@@ -298,7 +303,7 @@ class MooncakeEngine:
             if counts[i] == 1:
                 src[i], size[i] = ptrs[fol[i]], lens[fol[i]]
 
-        def put(idx, config):
+        def put(idx: List[int], config: Any) -> List[int]:
             if not idx:
                 return []
             args = ([ks[i] for i in idx], [src[i] for i in idx], [size[i] for i in idx])
@@ -338,7 +343,8 @@ class MooncakeEngine:
                 "or the holders are full of leased objects)" if r == NO_SPACE else ""))
         return 0
 
-    def _get(self, n, keys, offsets, bufs, caps, sizes, err, errlen):
+    def _get(self, n: int, keys: Optional[int], offsets: Optional[int], bufs: Optional[int], caps: Optional[int],
+             sizes: Optional[int], err: Optional[int], errlen: int) -> int:
         np = self.np
         self.counts["get"] += 1
         ks = self._keys(n, keys, offsets)
@@ -398,7 +404,8 @@ class MooncakeEngine:
                 return -1
         return 0
 
-    def _exists(self, n, keys, offsets, exists, err, errlen):
+    def _exists(self, n: int, keys: Optional[int], offsets: Optional[int], exists: Optional[int],
+                err: Optional[int], errlen: int) -> int:
         np = self.np
         self.counts["exists"] += 1
         ks = self._keys(n, keys, offsets)
@@ -421,10 +428,11 @@ class MooncakeEngine:
             if stale:
                 b = bytes(0 if k in stale else x for k, x in zip(ks, b))
         if n:
-            ctypes.memmove(exists, b, n)
+            ctypes.memmove(exists, b, n)  # type: ignore[arg-type]  # not NULL when n > 0
         return 0
 
-    def _sizes(self, n, keys, offsets, sizes, err, errlen):
+    def _sizes(self, n: int, keys: Optional[int], offsets: Optional[int], sizes: Optional[int],
+               err: Optional[int], errlen: int) -> int:
         np = self.np
         self.counts["sizes"] += 1
         ks = self._keys(n, keys, offsets)
@@ -456,7 +464,9 @@ class MooncakeEngine:
             out[i] = size if size >= 0 else _lib.ENGINE_MISSING
         return 0
 
-    def _read(self, nkeys, keys, offsets, nranges, key, offs, dst, lens, base, whole, results, err, errlen):
+    def _read(self, nkeys: int, keys: Optional[int], offsets: Optional[int], nranges: int, key: Optional[int],
+              offs: Optional[int], dst: Optional[int], lens: Optional[int], base: Optional[int],
+              whole: Optional[int], results: Optional[int], err: Optional[int], errlen: int) -> int:
         np = self.np
         self.counts["read"] += 1
         ks = self._keys(nkeys, keys, offsets)
@@ -542,7 +552,7 @@ class MooncakeEngine:
             R[:] = got
         return 0
 
-    def _failed(self, keys):
+    def _failed(self, keys: Sequence[bytes]) -> None:
         """Objects whose transfer failed: the holders of their replicas that
         do not answer a connection are dead (see DEAD_HOLDER_SECONDS), and
         the objects are dropped."""
@@ -552,7 +562,7 @@ class MooncakeEngine:
                 self._dead[ep] = (now + DEAD_HOLDER_SECONDS, now)
         self._drop(keys)
 
-    def _stale(self, keys):
+    def _stale(self, keys: Sequence[bytes]) -> Set[bytes]:
         """The keys whose replicas are all on dead holders, dropped; empty
         when no holder is dead (then without a call to Mooncake)."""
         now = time.monotonic()
@@ -571,7 +581,7 @@ class MooncakeEngine:
             self._drop(sorted(stale))
         return stale
 
-    def _endpoints(self, keys):
+    def _endpoints(self, keys: Sequence[bytes]) -> Dict[bytes, List[str]]:
         """{key: the transport endpoints of its complete memory replicas}
         for the keys Mooncake lists (one batch_get_replica_desc; keys that
         are not UTF-8 are left out)."""
@@ -597,7 +607,7 @@ class MooncakeEngine:
                 out[k] = eps
         return out
 
-    def _drop(self, keys):
+    def _drop(self, keys: Sequence[bytes]) -> None:
         """Remove objects whose transfer failed (TRANSFER_FAIL): their one
         replica's holder is gone or cannot be reached, so they are missing.
         The master lists them until the holder's lease (--client_ttl)
@@ -610,7 +620,7 @@ class MooncakeEngine:
         except Exception:
             pass
 
-    def _remove(self, n, keys, offsets, err, errlen):
+    def _remove(self, n: int, keys: Optional[int], offsets: Optional[int], err: Optional[int], errlen: int) -> int:
         self.counts["remove"] += 1
         ks = self._keys(n, keys, offsets)
         rs = self.client.batch_remove(ks, force=True)
@@ -620,7 +630,7 @@ class MooncakeEngine:
                 return -1
         return 0
 
-    def _register(self, base, n, err, errlen):
+    def _register(self, base: Optional[int], n: int, err: Optional[int], errlen: int) -> int:
         rc = self.client.register_buffer(base or 0, n)
         if rc != 0:
             _write_err(err, errlen, "%s: register_buffer of %d bytes at %#x: %s" % (
@@ -628,7 +638,7 @@ class MooncakeEngine:
             return -1
         return 0
 
-    def _unregister(self, base, n, err, errlen):
+    def _unregister(self, base: Optional[int], n: int, err: Optional[int], errlen: int) -> int:
         rc = self.client.unregister_buffer(base or 0)
         if rc != 0:
             _write_err(err, errlen, "%s: unregister_buffer at %#x: %s" % (self.name, base or 0, code_name(rc)))
@@ -636,7 +646,7 @@ class MooncakeEngine:
         return 0
 
 
-def _configs():
+def _configs() -> Tuple[Any, Any]:
     """Mooncake's ReplicateConfig of a plain put and of a soft-pinned one
     (None, None without Mooncake: a stand-in client of a test)."""
     try:
@@ -652,7 +662,7 @@ def _configs():
     return plain, pinned
 
 
-def _answers(endpoint):
+def _answers(endpoint: str) -> bool:
     """Whether a Mooncake peer's transport endpoint "host:port" accepts a
     TCP connection within DEAD_HOLDER_CONNECT seconds."""
     host, _, port = endpoint.rpartition(":")
@@ -663,11 +673,11 @@ def _answers(endpoint):
         return False
 
 
-def _show(k):
+def _show(k: bytes) -> str:
     return repr(k.decode("utf-8", "backslashreplace"))
 
 
-def _write_err(err, errlen, msg):
+def _write_err(err: Optional[int], errlen: int, msg: str) -> None:
     """Write msg, NUL-terminated and truncated at a UTF-8 boundary, into the
     C buffer err of errlen bytes."""
     try:
@@ -680,14 +690,15 @@ def _write_err(err, errlen, msg):
         pass
 
 
-def open_url(url):
+def open_url(url: str) -> Tuple[Optional[int], MooncakeEngine]:
     """(handle, engine) of a store on a new client of the URL (Store's mooncake:// branch)."""
     client, cfg = connect(url)
     eng = MooncakeEngine(client, "mooncake://" + cfg["master"], owned=True, read_timeout_ms=cfg["read_timeout_ms"])
     return eng.open_store(), eng
 
 
-def open_client(client, read_timeout_ms=DEFAULT_READ_TIMEOUT_MS, name=None):
+def open_client(client: Any, read_timeout_ms: int = DEFAULT_READ_TIMEOUT_MS,
+                name: Optional[str] = None) -> Tuple[Optional[int], MooncakeEngine]:
     """(handle, engine) of a store on a client the caller keeps (Store.from_mooncake)."""
     if name is None:
         name = "mooncake://(client %s)" % _client_name(client)
@@ -699,7 +710,7 @@ def open_client(client, read_timeout_ms=DEFAULT_READ_TIMEOUT_MS, name=None):
     return eng.open_store(), eng
 
 
-def _client_name(client):
+def _client_name(client: Any) -> str:
     try:
         return str(client.get_hostname())
     except Exception:

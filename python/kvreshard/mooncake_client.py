@@ -7,6 +7,7 @@ re-exports them; its engine moves objects over such a client.
 
 import os
 import socket
+from typing import Any, Dict, Tuple
 
 from ._lib import EINVAL, InvalidArgument, StoreError
 from .mooncake_url import parse_url
@@ -37,11 +38,11 @@ TRANSFER_FAIL = -800
 RDMA_DEVICES = "/sys/class/infiniband"
 
 
-def _check_host(url, cfg):
+def _check_host(url: str, cfg: Dict[str, Any]) -> None:
     """InvalidArgument naming the parameter of cfg that this host cannot
     honour: protocol rdma without an RDMA device, a device it does not have,
     a segment larger than its memory."""
-    def bad(msg):
+    def bad(msg: str) -> InvalidArgument:
         return InvalidArgument("kvreshard: mooncake URL %r: %s" % (url, msg), EINVAL)
     if cfg["protocol"] == "rdma":
         try:
@@ -58,7 +59,7 @@ def _check_host(url, cfg):
         raise bad("parameter segment %d: more than the %d bytes of memory of this host" % (cfg["segment"], total))
 
 
-def _host_memory():
+def _host_memory() -> int:
     """Bytes of memory of this host (MemTotal), or 0 where unknown."""
     try:
         with open("/proc/meminfo") as f:
@@ -70,7 +71,7 @@ def _host_memory():
     return 0
 
 
-def _check_metadata(url, metadata):
+def _check_metadata(url: str, metadata: str) -> None:
     """StoreError when a metadata server (etcd://host:port,...,
     http://host:port/...) takes no connection within 5 s: none of its
     addresses does. P2PHANDSHAKE has none."""
@@ -92,13 +93,13 @@ def _check_metadata(url, metadata):
         raise StoreError("kvreshard: %s: cannot reach the metadata server %s: %s" % (url, metadata, last))
 
 
-def code_name(rc):
+def code_name(rc: int) -> str:
     """A Mooncake return code with its name, as "-704 (OBJECT_NOT_FOUND)"."""
     n = ERRORS.get(rc)
     return "%d (%s)" % (rc, n) if n else str(rc)
 
 
-def connect(url):
+def connect(url: str) -> Tuple[Any, Dict[str, Any]]:
     """A MooncakeDistributedStore set up as the URL says (parse_url), and the
     parsed URL. InvalidArgument (a ValueError) naming the parameter when
     this host cannot have what it says (an RDMA device it lacks, a segment

@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, TypeVar
 
 # The directory holding this kvreshard package: first on the PYTHONPATH of
 # the processes started here, so that they run this package.
@@ -46,7 +47,7 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NETNS_SCRIPT = 'ip link set lo up && exec "$@"'
 
 
-def netns_command(argv):
+def netns_command(argv: Iterable[str]) -> List[str]:
     """argv run in a new user and network namespace with only loopback (up)."""
     return ["unshare", "-rn", "sh", "-c", NETNS_SCRIPT, "sh"] + list(argv)
 
@@ -54,7 +55,7 @@ def netns_command(argv):
 _netns = None
 
 
-def netns_reason():
+def netns_reason() -> Optional[str]:
     """None when netns_command works here, else why not (cached)."""
     global _netns
     if _netns is None:
@@ -79,7 +80,7 @@ def netns_reason():
     return _netns or None
 
 
-def loopback_only():
+def loopback_only() -> bool:
     """Whether this process's network namespace has no interface but lo."""
     try:
         return [n for _, n in socket.if_nameindex()] == ["lo"]
@@ -87,13 +88,13 @@ def loopback_only():
         return False
 
 
-def require_loopback_only(what):
+def require_loopback_only(what: str) -> None:
     if not loopback_only():
         raise RuntimeError("kvreshard: %s: Mooncake's clients listen on every address; run this in a "
                            "network namespace with only loopback: %s" % (what, " ".join(netns_command(["..."]))))
 
 
-def mooncake_dir():
+def mooncake_dir() -> str:
     """The directory of the installed mooncake package (its binaries are there)."""
     spec = importlib.util.find_spec("mooncake")
     if spec is None or not spec.submodule_search_locations:
@@ -102,7 +103,7 @@ def mooncake_dir():
     return list(spec.submodule_search_locations)[0]
 
 
-def mooncake_reason():
+def mooncake_reason() -> Optional[str]:
     """None when Mooncake's Python client and master can run here, else why not."""
     try:
         spec = importlib.util.find_spec("mooncake.store")
@@ -120,7 +121,7 @@ def mooncake_reason():
     return None
 
 
-def free_port():
+def free_port() -> int:
     """A TCP port free on 127.0.0.1 now, outside Mooncake's own ranges."""
     for _ in range(100):
         with socket.socket() as s:
@@ -131,7 +132,8 @@ def free_port():
     raise RuntimeError("kvreshard: no free port outside 12000-17100")
 
 
-def wait_until(what, cond, timeout, proc=None, log=None):
+def wait_until(what: str, cond: Callable[[], bool], timeout: float, proc: Optional["subprocess.Popen[Any]"] = None,
+               log: Optional[str] = None) -> None:
     """Poll cond() until it is true; RuntimeError after timeout seconds or
     when proc exits."""
     end = time.monotonic() + timeout
@@ -145,7 +147,7 @@ def wait_until(what, cond, timeout, proc=None, log=None):
         time.sleep(0.02)
 
 
-def _tail(log, n=2000):
+def _tail(log: Optional[str], n: int = 2000) -> str:
     if not log:
         return ""
     try:
@@ -157,7 +159,7 @@ def _tail(log, n=2000):
         return ""
 
 
-def client_env(env=None):
+def client_env(env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The environment of a process with a Mooncake client: bytes cross TCP
     even to the process's own segment (MC_STORE_MEMCPY=false), its INFO and
     WARNING lines are off (MC_LOG_LEVEL=ERROR) unless set, and this
@@ -169,7 +171,7 @@ def client_env(env=None):
     return e
 
 
-def die_with_parent():
+def die_with_parent() -> None:
     """A preexec_fn for Popen: the child is killed when the thread that
     started it ends (PR_SET_PDEATHSIG), so that no process of a cluster
     outlives a driver that was killed. Call Popen from the main thread."""
@@ -180,25 +182,29 @@ def die_with_parent():
         pass
 
 
+_P = TypeVar("_P", bound="_Proc")
+
+
 class _Proc:
     """A process of the cluster, in its own process group, logging to a
     file, killed when the process that started it dies."""
 
     proc = None
+    log: str  # the log file's path, set by each kind of process
 
-    def _spawn(self, argv, env=None):
+    def _spawn(self, argv: List[str], env: Optional[Mapping[str, str]] = None) -> None:
         self.log_file = open(self.log, "ab")
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=self.log_file, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True, preexec_fn=die_with_parent)
 
     @property
-    def pid(self):
+    def pid(self) -> Optional[int]:
         return self.proc.pid if self.proc else None
 
-    def alive(self):
+    def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def kill(self, sig=signal.SIGKILL, timeout=10):
+    def kill(self, sig: int = signal.SIGKILL, timeout: float = 10) -> None:
         """Send sig to the process (and its group); wait for it to exit when
         the signal ends it."""
         p = self.proc
@@ -218,7 +224,7 @@ class _Proc:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout)
 
-    def close(self):
+    def close(self) -> None:
         self.kill()
         if self.proc is not None:
             for f in (self.proc.stdin,):
@@ -230,19 +236,19 @@ class _Proc:
             self.log_file.close()
             self.log_file = None
 
-    def __enter__(self):
+    def __enter__(self: _P) -> _P:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
-    def log_tail(self, n=2000):
+    def log_tail(self, n: int = 2000) -> str:
         return _tail(self.log, n)
 
 
@@ -255,8 +261,9 @@ class Master(_Proc):
     start() runs it again on the same ports (its objects are lost: the
     master keeps them in memory only)."""
 
-    def __init__(self, port=None, metrics_port=None, client_ttl=None, lease_ms=None, extra=(), logdir=None,
-                 timeout=30):
+    def __init__(self, port: Optional[int] = None, metrics_port: Optional[int] = None, client_ttl: Optional[int] = None,
+                 lease_ms: Optional[int] = None, extra: Iterable[str] = (), logdir: Optional[str] = None,
+                 timeout: float = 30) -> None:
         require_loopback_only("mooncake master")
         self.port = port or free_port()
         self.metrics_port = metrics_port or free_port()
@@ -274,21 +281,21 @@ class Master(_Proc):
         self.start()
 
     @property
-    def addr(self):
+    def addr(self) -> str:
         return "127.0.0.1:%d" % self.port
 
-    def close(self):
+    def close(self) -> None:
         super().close()
         if getattr(self, "_own_dir", False):
             shutil.rmtree(self.dir, ignore_errors=True)
             self._own_dir = False
 
     @property
-    def url(self):
+    def url(self) -> str:
         """The mooncake:// URL of a reader or writer contributing no memory."""
         return "mooncake://%s?local_hostname=127.0.0.1&protocol=tcp&metadata=P2PHANDSHAKE" % self.addr
 
-    def start(self):
+    def start(self) -> None:
         if self.alive():
             return
         if getattr(self, "log_file", None):
@@ -296,7 +303,7 @@ class Master(_Proc):
         self._spawn([os.path.join(mooncake_dir(), "mooncake_master")] + self.flags)
         wait_until("mooncake master on %s" % self.addr, self.healthy, self.timeout, self.proc, self.log)
 
-    def healthy(self):
+    def healthy(self) -> bool:
         """Whether the master answers its health check as the serving leader."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
@@ -306,7 +313,7 @@ class Master(_Proc):
         except (OSError, ValueError):
             return False
 
-    def metrics(self):
+    def metrics(self) -> Dict[str, float]:
         """The master's Prometheus metrics as {name: value} (unlabelled ones)."""
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port, timeout=5) as r:
             out = {}
@@ -319,7 +326,7 @@ class Master(_Proc):
                         pass
             return out
 
-    def capacity(self):
+    def capacity(self) -> int:
         """Bytes of memory the holders contribute now, as the master counts them."""
         try:
             return int(self.metrics().get("master_total_capacity_bytes", 0))
@@ -334,7 +341,8 @@ class Holder(_Proc):
     master counts its memory. kill() it as a holder dies; stop() closes it
     as it shuts down (its objects go at once)."""
 
-    def __init__(self, master, segment, logdir=None, timeout=60, env=None):
+    def __init__(self, master: Master, segment: int, logdir: Optional[str] = None, timeout: float = 60,
+                 env: Optional[Mapping[str, str]] = None) -> None:
         require_loopback_only("mooncake memory holder")
         self.master = master
         self.segment = segment
@@ -347,7 +355,7 @@ class Holder(_Proc):
         wait_until("mooncake memory holder", lambda: master.capacity() >= before + segment, timeout,
                    self.proc, self.log)
 
-    def stop(self, timeout=30):
+    def stop(self, timeout: float = 30) -> None:
         """Close the holder's client (it unmounts its memory) and wait for its exit."""
         p = self.proc
         if p is None or p.poll() is not None:
@@ -362,7 +370,7 @@ class Holder(_Proc):
             self.kill()
 
 
-def _holder_main(a):
+def _holder_main(a: argparse.Namespace) -> int:
     from mooncake.store import MooncakeDistributedStore
     s = MooncakeDistributedStore()
     rc = s.setup("127.0.0.1", "P2PHANDSHAKE", a.segment, 0, "tcp", "", a.master)
@@ -379,7 +387,7 @@ def _holder_main(a):
     os._exit(0)
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m kvreshard.mooncake_local")
     sub = ap.add_subparsers(dest="cmd", required=True)
     h = sub.add_parser("holder", help="contribute memory to a master until stdin ends")

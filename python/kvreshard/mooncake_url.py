@@ -36,6 +36,7 @@ import json
 import os
 import re
 import urllib.parse
+from typing import Any, Dict, Optional, Union
 
 from . import _lib
 from ._lib import InvalidArgument
@@ -49,7 +50,7 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?)?\s*$", re.I)
 _UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def parse_size(what, v):
+def parse_size(what: str, v: Union[int, str]) -> int:
     """Bytes of a size: a non-negative int, or a string of digits with an
     optional unit k/kb/kib, m/mb/mib, g/gb/gib, t/tb/tib (any case; powers
     of 1024). ValueError naming `what` otherwise."""
@@ -80,7 +81,7 @@ _SGLANG_KEYS = {"metadata": "metadata_server", "protocol": "protocol", "device":
 _TOKEN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
-def parse_url(url):
+def parse_url(url: str) -> Dict[str, Any]:
     """The parameters of a mooncake:// URL as a dict: master ("HOST:PORT"),
     metadata, protocol, device, segment, buffer, local_hostname,
     read_timeout_ms, with their defaults. ValueError
@@ -88,7 +89,7 @@ def parse_url(url):
     if not isinstance(url, str):
         raise TypeError("kvreshard: store url must be a str, not %s" % type(url).__name__)
 
-    def bad(msg):
+    def bad(msg: str) -> InvalidArgument:
         return InvalidArgument("kvreshard: mooncake URL %r: %s" % (url, msg), _lib.EINVAL)
 
     try:
@@ -149,7 +150,7 @@ def parse_url(url):
     return cfg
 
 
-def url_from_sglang(extra_config, ranks=1, tp_rank=None):
+def url_from_sglang(extra_config: Dict[str, Any], ranks: int = 1, tp_rank: Optional[int] = None) -> str:
     """The mooncake:// URL of the same Mooncake store, client and memory as
     SGLang's own Mooncake backend (sglang.srt.mem_cache.storage.mooncake_store)
     makes of extra_config, so that switching an instance's backend is one
@@ -175,7 +176,7 @@ def url_from_sglang(extra_config, ranks=1, tp_rank=None):
     if not isinstance(extra_config, dict):
         raise TypeError("kvreshard: extra_config must be a dict, not %s" % type(extra_config).__name__)
 
-    def bad(key, msg):
+    def bad(key: str, msg: str) -> InvalidArgument:
         return InvalidArgument("kvreshard: extra_config %s: %s" % (key, msg), _lib.EINVAL)
 
     if extra_config.get("standalone_storage") or extra_config.get("client_server_address"):
@@ -189,13 +190,13 @@ def url_from_sglang(extra_config, ranks=1, tp_rank=None):
         raise InvalidArgument("kvreshard: url_from_sglang: ranks must be a positive int, not %r" % (ranks,),
                               _lib.EINVAL)
 
-    def text(key, default):
+    def text(key: str, default: str) -> str:
         v = extra_config.get(key, default)
         if not isinstance(v, str):
             raise bad(key, "must be a string, not %s" % type(v).__name__)
         return v
 
-    def sglang_size(key, default):
+    def sglang_size(key: str, default: Union[int, str]) -> int:
         v = extra_config.get(key, default)
         if isinstance(v, bool) or not isinstance(v, (int, str)):
             raise bad(key, "must be bytes (an int) or a size such as \"4gb\", not %r" % (v,))
@@ -210,7 +211,7 @@ def url_from_sglang(extra_config, ranks=1, tp_rank=None):
     buffer = sglang_size("local_buffer_size", 16 << 20)
     metadata = text("metadata_server", "P2PHANDSHAKE")
     protocol = text("protocol", os.environ.get("MOONCAKE_PROTOCOL", "rdma"))
-    device = text("device_name", "")
+    device: Any = text("device_name", "")  # a JSON value until checked below
     if device.strip().startswith("{"):
         try:
             devices = json.loads(device)
