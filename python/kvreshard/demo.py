@@ -388,7 +388,7 @@ def demo(a: argparse.Namespace, spec: Spec, url: str) -> int:
                               {"parts": a.parts, "writer_pools": {p: a.writer_pools[p] for p in a.parts}}, a.timeout)
     wall_w = time.perf_counter() - start
     start = time.perf_counter()
-    routs, rerrors = ([], []) if errors else run_ranks("read", a, spec, url, rtp, rpp,
+    routs, rerrors = ({}, []) if errors else run_ranks("read", a, spec, url, rtp, rpp,
                                                        {"parts": a.parts, "pools": a.pools}, a.timeout)
     wall_r = time.perf_counter() - start
     errors += rerrors

@@ -38,3 +38,22 @@ def test_pages_of_the_command(tmp_path):
     for s in range(1, 6):
         for c in comps:
             assert np.count_nonzero(o.slot_view(c, "page_first_direct", s, 4) == 0) == 0
+
+
+def test_demo_when_a_writer_fails(tmp_path, monkeypatch, capsys):
+    """A writer rank that fails makes the demo exit 1 with its error, the
+    readers not started (their answers were a list, not a dict, and the
+    report raised AttributeError)."""
+    from kvreshard import demo
+
+    calls = []
+
+    def run_ranks(role, *args):
+        calls.append(role)
+        return {}, ["write rank (0, 0): exit 1\nboom"]
+    monkeypatch.setattr(demo, "run_ranks", run_ranks)
+    assert demo.main(["--store", "file://" + str(tmp_path), "--pages", "1"]) == 1
+    assert calls == ["write"]
+    out, err = capsys.readouterr()
+    assert "kvreshard demo: write rank (0, 0): exit 1\nboom" in err
+    assert out.rstrip().endswith("the demo failed")
