@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,7 +172,8 @@ func TestNamespacesAndRevisionsApart(t *testing.T) {
 }
 
 // A redis:// URL of a cluster node and a redis+cluster:// URL of a single
-// server exit 1 with one line saying which to use.
+// server exit 1 with one line saying which to use, and --json prints the
+// read that did not happen, with that error.
 func TestRedisURLOfTheOtherKind(t *testing.T) {
 	t.Parallel()
 	srv := redisServer.get(t, startServer)
@@ -184,6 +186,7 @@ func TestRedisURLOfTheOtherKind(t *testing.T) {
 		p := run(t, "read", "--store", c.url, "--model", model12, "--dst", "tp=1,layout=page_first,rank=0/0", "--pages", "1", "--json")
 		require.Equal(t, 1, p.code, p.String())
 		require.Equal(t, c.line+"\n", p.stderr.String(), p.String())
-		require.Empty(t, p.stdout.String(), p.String())
+		require.Equal(t, `{"requested":1,"hit":0,"verified":false,"bytes":0,"ops":0,"seconds":0,"gbps":0,"interpreter_plans":0,"error":"`+
+			strings.TrimPrefix(c.line, "kvreshard read: ")+`"}`+"\n", p.stdout.String(), p.String())
 	}
 }
