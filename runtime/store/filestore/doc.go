@@ -95,7 +95,8 @@
 // and the other writes of the batch go on.
 //
 // When a writer gets the claim's lock exclusively without waiting (no other
-// writer of the generation is writing), it removes the object's temporary
+// writer of the generation is writing) and that claim is still the
+// object's (not replaced since it opened it), it removes the object's temporary
 // files older than the lease (a killed writer's) and the parts of
 // generations other than the claim's (left by a takeover that was itself
 // killed, or by a stopped writer of an old claim); so does a takeover. It

@@ -505,3 +505,40 @@ func TestTakeoverRace(t *testing.T) {
 	t.Logf("%d of %d keys complete after the race", complete, len(ks))
 	storetest.CheckRaced(t, s, ks, layouts)
 }
+
+// TestRemoveStaleOnlyUnderTheCurrentClaim: a cleaner that holds the lock
+// of a claim that was replaced since it opened it removes nothing, since
+// the current claim's writers may be writing temporary files it cannot
+// see held; under the current claim it removes temporary files older than
+// the lease and other generations' parts. (With a lease of 1ns,
+// TestTakeoverRace failed about one run in seven before: a link of a part
+// whose temporary file a cleaner of an old claim had removed.)
+func TestRemoveStaleOnlyUnderTheCurrentClaim(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(t.TempDir(), Options{Lease: time.Nanosecond})
+	require.NoError(t, err)
+	defer s.Close()
+	claimPath := filepath.Join(dir, "claim")
+	write := func(name, content string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	write("claim", string((&claim{parts: 1, gen: "aaaaaaaaaaaaaaaa", manifest: "m"}).bytes()))
+	old, err := s.openClaim(claimPath)
+	require.NoError(t, err)
+	defer old.close()
+	// The claim is replaced (a takeover), and a writer of the new one is
+	// writing its part.
+	write("claim.new", string((&claim{parts: 1, gen: "bbbbbbbbbbbbbbbb", manifest: "m"}).bytes()))
+	require.NoError(t, os.Rename(filepath.Join(dir, "claim.new"), claimPath))
+	write(".tmp-0123456789abcdef", "being written")
+	write("part-aaaaaaaaaaaaaaaa-0", "old generation")
+	hour := time.Now().Add(-time.Hour) // older than the lease
+	require.NoError(t, os.Chtimes(filepath.Join(dir, ".tmp-0123456789abcdef"), hour, hour))
+	s.removeStale(dir, old)
+	require.ElementsMatch(t, []string{"claim", ".tmp-0123456789abcdef", "part-aaaaaaaaaaaaaaaa-0"}, readDirNames(dir))
+	cur, err := s.openClaim(claimPath)
+	require.NoError(t, err)
+	defer cur.close()
+	s.removeStale(dir, cur)
+	require.Equal(t, []string{"claim"}, readDirNames(dir))
+}

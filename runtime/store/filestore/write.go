@@ -144,11 +144,7 @@ func (s *Store) writeClaimed(ctx context.Context, wait *lockBudget, w *store.Par
 			}
 			if excl {
 				cleaned = true
-				gen := ""
-				if cl.c != nil {
-					gen = cl.c.gen
-				}
-				s.removeStale(dir, gen)
+				s.removeStale(dir, cl)
 			}
 		}
 		var again bool
@@ -305,27 +301,27 @@ func partsExist(dir string, c *claim) (bool, error) {
 }
 
 // removeStale removes from an object's directory the temporary files older
-// than the lease and, unless gen is empty, the parts of generations other
-// than gen. The caller holds the lock of the object's claim exclusively, so
-// no writer of that claim is writing a temporary file; a writer of an older
-// claim whose file goes fails to link its part, finds its claim replaced
-// and is refused. Parts need no lock: removeStale lists the directory
-// before it checks that the object's claim is gen's, so a part of another
-// generation that it lists existed while gen's claim was the object's; that
+// than the lease and, when cl parses, the parts of generations other than
+// cl's. The caller holds cl's lock exclusively, and it removes nothing
+// unless cl is still the object's claim: then no writer of the object's
+// claim is writing a temporary file (a cleaner holding an older, replaced
+// claim's lock would remove those of the current claim's writers); a
+// writer of an older claim whose file goes fails to link its part, finds
+// its claim replaced and is refused. removeStale lists the directory
+// before it checks that cl is the object's claim, so a part of another
+// generation that it lists existed while cl was the object's claim; that
 // generation's claim had been replaced, and no claim names it again (a
 // takeover writes a new generation). That holds however long a stopped
 // caller waits between its steps. Failures are ignored: the files are
 // harmless, and a later write tries again.
-func (s *Store) removeStale(dir, gen string) {
+func (s *Store) removeStale(dir string, cl *claimFile) {
 	names := readDirNames(dir)
-	if gen != "" {
-		path := filepath.Join(dir, "claim")
-		b, _, err := s.readSmall(path, maxClaimBytes)
-		if err != nil {
-			gen = ""
-		} else if c, err := parseClaim(path, b); err != nil || c.gen != gen {
-			gen = ""
-		}
+	if ok, err := cl.current(); err != nil || !ok {
+		return
+	}
+	gen := ""
+	if cl.c != nil {
+		gen = cl.c.gen
 	}
 	now := s.now()
 	for _, name := range names {
