@@ -639,7 +639,26 @@ func TestProcessStoppedWriter(t *testing.T) {
 				}
 			})
 			require.Equal(t, store.ErrLayoutConflict.Error()+"\n", line)
-			require.NoError(t, cmd.Wait())
+			// And until it exits: under load it was seen stopped once in
+			// about a hundred runs after its answer, in its exit (a stop of
+			// its own loop that took effect late), with nothing left to
+			// continue it.
+			waited := make(chan error, 1)
+			go func() { waited <- cmd.Wait() }()
+			var exit error
+			within(t, time.Minute, "the writer's exit", func() {
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case exit = <-waited:
+						return
+					case <-tick.C:
+						cmd.Process.Signal(syscall.SIGCONT)
+					}
+				}
+			})
+			require.NoError(t, exit)
 
 			fresh := openByURL(t, "file://"+dir)
 			layoutB.requireStored(t, fresh, key)
