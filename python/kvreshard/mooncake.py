@@ -55,7 +55,6 @@ kvreshard.mooncake_local for running them on loopback only (tests).
 
 import ctypes
 import itertools
-import socket
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -64,7 +63,7 @@ from . import _lib
 from ._lib import InvalidArgument, StoreError  # noqa: F401 (kvreshard.mooncake.StoreError)
 # re-exported: the URL's and the client's names are kvreshard.mooncake's too
 from .mooncake_client import (ERRORS, LEASE_EXPIRED, NO_SPACE, NOT_FOUND, NOT_READY, TRANSFER_FAIL,  # noqa: F401
-                              code_name, connect)
+                              code_name, connect, refused)
 from .mooncake_url import DEFAULT_READ_TIMEOUT_MS, parse_size, parse_url, url_from_sglang  # noqa: F401
 
 __all__ = ["MooncakeEngine", "parse_url", "parse_size", "url_from_sglang", "DEFAULT_READ_TIMEOUT_MS"]
@@ -585,17 +584,12 @@ class MooncakeEngine:
         """{key: the transport endpoints of its complete memory replicas}
         for the keys Mooncake lists (one batch_get_replica_desc; keys that
         are not UTF-8 are left out)."""
-        try:
-            names = [k.decode("utf-8") for k in keys]
-        except UnicodeError:
-            pairs = []
-            for k in keys:
-                try:
-                    pairs.append((k, k.decode("utf-8")))
-                except UnicodeError:
-                    pass
-        else:
-            pairs = list(zip(keys, names))
+        pairs: List[Tuple[bytes, str]] = []
+        for k in keys:
+            try:
+                pairs.append((k, k.decode("utf-8")))
+            except UnicodeError:
+                pass
         if not pairs:
             return {}
         desc = self.client.batch_get_replica_desc([s for _, s in pairs])
@@ -665,12 +659,7 @@ def _configs() -> Tuple[Any, Any]:
 def _answers(endpoint: str) -> bool:
     """Whether a Mooncake peer's transport endpoint "host:port" accepts a
     TCP connection within DEAD_HOLDER_CONNECT seconds."""
-    host, _, port = endpoint.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=DEAD_HOLDER_CONNECT):
-            return True
-    except (OSError, ValueError):
-        return False
+    return refused(endpoint, DEAD_HOLDER_CONNECT) is None
 
 
 def _show(k: bytes) -> str:

@@ -7,7 +7,7 @@ re-exports them; its engine moves objects over such a client.
 
 import os
 import socket
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from ._lib import EINVAL, InvalidArgument, StoreError
 from .mooncake_url import parse_url
@@ -77,20 +77,28 @@ def _check_metadata(url: str, metadata: str) -> None:
     addresses does. P2PHANDSHAKE has none."""
     if "://" not in metadata:
         return
-    scheme, _, rest = metadata.partition("://")
-    addrs = [a.split("/", 1)[0] for a in rest.split(",") if a]
+    addrs = [a.split("/", 1)[0] for a in metadata.partition("://")[2].split(",") if a]
     last = None
     for a in addrs:
         host, _, port = a.rpartition(":")
         if not host or not port.isdigit():
             return  # no port: leave it to Mooncake
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
-                return
-        except OSError as e:
-            last = e
+        last = refused(a, 5)
+        if last is None:
+            return
     if last is not None:
         raise StoreError("kvreshard: %s: cannot reach the metadata server %s: %s" % (url, metadata, last))
+
+
+def refused(address: str, timeout: float) -> Optional[Exception]:
+    """Why "host:port" (an IPv6 host in brackets) takes no TCP connection
+    within timeout seconds, or None when it takes one."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return None
+    except (OSError, ValueError) as e:
+        return e
 
 
 def code_name(rc: int) -> str:
@@ -115,12 +123,9 @@ def connect(url: str) -> Tuple[Any, Dict[str, Any]]:
                          "mooncake-transfer-engine, or make venv): %s" % (url, e)) from None
     # setup() retries an unreachable master for about 90 s, and a metadata
     # server for minutes: fail fast instead.
-    host, _, port = cfg["master"].rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
-            pass
-    except OSError as e:
-        raise StoreError("kvreshard: %s: cannot reach the Mooncake master at %s: %s" % (url, cfg["master"], e)) from None
+    err = refused(cfg["master"], 5)
+    if err is not None:
+        raise StoreError("kvreshard: %s: cannot reach the Mooncake master at %s: %s" % (url, cfg["master"], err))
     _check_metadata(url, cfg["metadata"])
     client = MooncakeDistributedStore()
     rc = client.setup(cfg["local_hostname"], cfg["metadata"], cfg["segment"], cfg["buffer"], cfg["protocol"],
