@@ -53,8 +53,7 @@ func TestReadJSONVerified(t *testing.T) {
 	keys := content.PageKeys("kvreshard", ms.model.Domain(), 3)
 	code, _, stderr := runArgs("write", "--store", url, "--model", model, "--src", "tp=2,layout=PLHD", "--pages", "2")
 	require.Equal(t, 0, code, stderr)
-	e := hostEnv
-	read := func(t *testing.T, pages string, more ...string) (int, string, string) {
+	read := func(t *testing.T, e env, pages string, more ...string) (int, string, string) {
 		t.Helper()
 		code, stdout, stderr := runIn(e, append([]string{"read", "--store", url, "--model", model, "--dst", "tp=1,rank=0/0,layout=page_first",
 			"--pages", pages, "--strategy", "direct", "--json"}, more...)...)
@@ -79,7 +78,7 @@ func TestReadJSONVerified(t *testing.T) {
 				content.PageKeys("other", ms.model.Domain(), 1)[0] + `"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			code, stdout, stderr := read(t, c.pages, c.more...)
+			code, stdout, stderr := read(t, hostEnv, c.pages, c.more...)
 			require.Equal(t, 0, code, stderr)
 			require.Empty(t, stderr)
 			require.Equal(t, c.json+"\n", stdout)
@@ -89,9 +88,8 @@ func TestReadJSONVerified(t *testing.T) {
 	// A read that fails at the second page: exit 1, the first page read
 	// and verified, the read not.
 	t.Run("a failed read", func(t *testing.T) {
-		e = wrapStores(func(st store.Store) store.Store { return &failReadsOf{Store: st, key: keys[1]} })
-		t.Cleanup(func() { e = hostEnv })
-		code, stdout, stderr := read(t, "2", "--verify")
+		e := wrapStores(func(st store.Store) store.Store { return &failReadsOf{Store: st, key: keys[1]} })
+		code, stdout, stderr := read(t, e, "2", "--verify")
 		require.Equal(t, 1, code, stderr)
 		require.Equal(t, `{"requested":2,"hit":1,"verified":false,"bytes":256,"ops":16,"seconds":S,"gbps":G,"interpreter_plans":0,"stop":"page `+
 			keys[1]+`: the disk is on fire"}`+"\n", stdout)
@@ -111,7 +109,7 @@ func TestReadJSONVerified(t *testing.T) {
 		}
 		return err
 	}))
-	code, stdout, stderr := read(t, "2", "--verify")
+	code, stdout, stderr := read(t, hostEnv, "2", "--verify")
 	require.Equal(t, 1, code)
 	require.Empty(t, stderr)
 	require.Regexp(t, `^\{"requested":2,"hit":2,"verified":false,"bytes":512,"ops":32,"seconds":S,"gbps":G,"interpreter_plans":0,"error":"page 0 \(`+

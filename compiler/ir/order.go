@@ -16,6 +16,15 @@ const MaxFactor = 1 << 20
 // about a layout, and in the names of generated kernels.
 const MaxName = 128
 
+// quoteName quotes a layout's name for a message: its first 20 characters
+// and "..." when it is longer than MaxName.
+func quoteName(name string) string {
+	if len(name) > MaxName {
+		return fmt.Sprintf("%.20q...", name)
+	}
+	return strconv.Quote(name)
+}
+
 // Pos is a position in an order text: line and column from 1, the column
 // counted in characters; the zero Pos is no position.
 type Pos struct {
@@ -108,11 +117,7 @@ const maxOrderErrs = 4
 // "; ", the first maxOrderErrs of them and how many more there are.
 func (e *OrderError) Error() string {
 	var b strings.Builder
-	if len(e.Name) > MaxName {
-		fmt.Fprintf(&b, "layout %.20q...: order %q: ", e.Name, e.Order)
-	} else {
-		fmt.Fprintf(&b, "layout %q: order %q: ", e.Name, e.Order)
-	}
+	fmt.Fprintf(&b, "layout %s: order %q: ", quoteName(e.Name), e.Order)
 	if len(e.Errs) == 0 {
 		b.WriteString("invalid")
 		return b.String()
@@ -335,7 +340,7 @@ func CheckOrder(d *OrderDecl) []*OrderErr {
 	if keywords[d.Name] {
 		add(d.Pos, "invalid layout name %q; part, pool, order and writes are keywords", d.Name)
 	} else if len(d.Name) > MaxName {
-		add(d.Pos, "invalid layout name %.20q...; a name is at most %d characters, not %d", d.Name, MaxName, len(d.Name))
+		add(d.Pos, "invalid layout name %s; a name is at most %d characters, not %d", quoteName(d.Name), MaxName, len(d.Name))
 	} else if !identRE.MatchString(d.Name) {
 		add(d.Pos, "invalid layout name %q; a name is a letter or _ followed by letters, digits and _", d.Name)
 	}

@@ -642,9 +642,8 @@ func (s *Store) lost(ctx context.Context, key string, c *commit) {
 	}
 	vals, err := s.e.Get(ctx, []string{doneKey(key)}, maxCommitBytes)
 	if err == nil && len(vals) == 1 {
-		if vals[0] == nil {
-			gone = append(gone, doneKey(key), claimKey(key))
-		} else if now, err := parseCommit(vals[0]); err == nil && now.manifest == c.manifest {
+		now, perr := parseCommit(vals[0])
+		if vals[0] == nil || perr == nil && now.manifest == c.manifest {
 			gone = append(gone, doneKey(key), claimKey(key))
 		}
 	}
